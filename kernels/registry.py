@@ -1,0 +1,55 @@
+"""Backends by name, or any callable by import path ``package.module:callable``.
+
+Named backends are import paths too, resolved only when asked for, so a
+backend whose toolchain is absent (pypto, triton) costs nothing until used.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+BACKENDS: dict[str, str] = {
+    "torch-eager": "kernels.torch_autograd:torch_eager",
+    "torch-compile": "kernels.torch_autograd:torch_compile",
+    "pypto": "kernels.pypto.backend:pypto_article",
+    "pypto-hardened": "kernels.pypto.backend:pypto_hardened",
+    "triton": "kernels.triton.backend:triton_deterministic",
+    "triton-atomic": "kernels.triton.backend:triton_atomic",
+    "tiled-emulation": "goldens.as_backend:tiled_emulation",
+}
+
+
+class BackendNotFound(LookupError):
+    """A --backend value that is neither a registered name nor an importable callable."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    fn: Callable
+
+    def __call__(self, **inputs):
+        return self.fn(**inputs)
+
+
+def resolve(spec: str) -> Backend:
+    """A registered name or ``package.module:callable``; raises BackendNotFound with the reason."""
+    path = BACKENDS.get(spec, spec)
+    if ":" not in path:
+        raise BackendNotFound(
+            f"backend {spec!r} is not registered (known: {', '.join(sorted(BACKENDS))}) "
+            f"and is not an import path of the form 'package.module:callable'")
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendNotFound(f"backend {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    fn = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise BackendNotFound(f"backend {spec!r}: module {module_name!r} has no attribute {attr!r}")
+    if not callable(fn):
+        raise BackendNotFound(f"backend {spec!r}: {path} is {type(fn).__name__}, not callable")
+    return Backend(spec, fn)
