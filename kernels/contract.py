@@ -124,3 +124,9 @@ def mutated_inputs(originals: Mapping[str, torch.Tensor], after: Mapping[str, to
         if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a.view(torch.int16), b.view(torch.int16)):
             changed.append(name)
     return changed
+
+
+class BackendUnsupported(Exception):
+    """Raised by a backend that cannot run this case on this machine (too large for a
+    CPU interpreter, say). The case matrix records a skip with this reason; it is
+    never counted as a pass."""
