@@ -28,6 +28,13 @@ Two interpreter traps (triton 3.9.0, torch 2.13.0 CPU), both designed around her
   narrowing, bit-identical to torch's ``.to()`` on every finite value and
   infinity, on both the interpreter and CUDA (NaN stays NaN; its payload may
   differ). One conversion code path, so the CPU tests exercise the GPU's.
+
+A third, about the mode: triton's standard library (``tl.sum``, ``tl.sigmoid``, ...)
+is made of ``@triton.jit`` functions wrapped when triton is first imported, as
+interpreted functions if ``TRITON_INTERPRET=1`` then, compiled ones otherwise. The
+kernels below call only builtins (and ``tl.reduce`` with ``tl.standard._sum_combine``,
+which the interpreter special-cases), so they run in either mode whatever the
+variable was at import.
 """
 from __future__ import annotations
 
@@ -68,8 +75,8 @@ def _b_kernel(dy_ptr, g_ptr, fc_ptr, dg_ptr, dfc_ptr, part_g_ptr, part_fc_ptr,
     cmask = cols < N
     row0 = tile * TILE_M
     valid_m = tl.minimum(TILE_M, M - row0)          # the tail tile has valid_m < TILE_M rows
-    acc_g = tl.zeros([BLOCK_N], dtype=tl.float32)
-    acc_fc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    acc_g = tl.full([BLOCK_N], 0.0, tl.float32)
+    acc_fc = tl.full([BLOCK_N], 0.0, tl.float32)
     for r in range(0, valid_m, BLOCK_R):
         rows = row0 + r + tl.arange(0, BLOCK_R)
         mask = (rows < row0 + valid_m)[:, None] & cmask[None, :]
@@ -100,8 +107,12 @@ def _b_kernel(dy_ptr, g_ptr, fc_ptr, dg_ptr, dfc_ptr, part_g_ptr, part_fc_ptr,
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
         bits = tl.where(dfc != dfc, 0x7FC0, bits).to(tl.uint16)
         tl.store(dfc_ptr + offs, bits.to(tl.bfloat16, bitcast=True), mask=mask)
-        acc_g += tl.sum(dg, axis=0)
-        acc_fc += tl.sum(dfc, axis=0)
+        # tl.reduce with triton's own _sum_combine, not tl.sum: tl.sum is itself a
+        # @triton.jit function, wrapped for the interpreter or not when triton is first
+        # imported, so it fails inside a kernel wrapped the other way. The interpreter
+        # recognises _sum_combine and sums with numpy; compiled, it is tl.sum's reduction.
+        acc_g += tl.reduce(dg, 0, tl.standard._sum_combine)
+        acc_fc += tl.reduce(dfc, 0, tl.standard._sum_combine)
     if ATOMIC:
         tl.atomic_add(part_g_ptr + cols, acc_g, mask=cmask)
         tl.atomic_add(part_fc_ptr + cols, acc_fc, mask=cmask)
@@ -141,7 +152,7 @@ def _w_kernel(x_ptr, d_ptr, part_ptr,
     nmask = rn < N
     row0 = tile * TILE_M
     valid_m = tl.minimum(TILE_M, M - row0)
-    acc = tl.zeros([BLOCK_K, BLOCK_N], dtype=tl.float32)
+    acc = tl.full([BLOCK_K, BLOCK_N], 0.0, tl.float32)
     for r in range(0, valid_m, BLOCK_M):
         rows = row0 + r + tl.arange(0, BLOCK_M)
         rmask = rows < row0 + valid_m
@@ -190,8 +201,8 @@ def _x_kernel(dg_ptr, dfc_ptr, wg_ptr, wfc_ptr, dx_ptr,
     rk = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     kmask = rk < K
     rows64 = rows.to(tl.int64)
-    acc_g = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
-    acc_fc = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
+    acc_g = tl.full([BLOCK_M, BLOCK_K], 0.0, tl.float32)
+    acc_fc = tl.full([BLOCK_M, BLOCK_K], 0.0, tl.float32)
     if row0 < M:
         for n0 in range(0, N, BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
@@ -229,7 +240,7 @@ def _tile_order_reduce(part_ptr, out_ptr, n_tiles, L,
     (the article's BF16 accumulator); else it stays FP32 and is rounded once."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < L
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    acc = tl.full([BLOCK], 0.0, tl.float32)
     for t in range(0, n_tiles):
         p = tl.load(part_ptr + t * L + offs, mask=mask, other=0)
         if ACC_BF16:
