@@ -138,8 +138,9 @@ def _npu_device(index: int):
 
 
 def _run_npu(schedule: TiledSchedule, inputs: dict) -> dict:
-    import pypto  # noqa: PLC0415
+    from kernels.pypto import interpreter  # noqa: PLC0415  (version check, quiet import only)
 
+    pypto = interpreter.import_pypto()
     from kernels.pypto import kernels as pk  # noqa: PLC0415
 
     count = _npu_count()
@@ -201,8 +202,7 @@ def _run_cpu(schedule: TiledSchedule, inputs: dict) -> dict:
     m, k, n = validate_inputs(inputs, allow_nonfinite=True)
     from kernels.pypto import interpreter  # noqa: PLC0415
 
-    interpreter.check_version()
-    import pypto  # noqa: PLC0415
+    pypto = interpreter.import_pypto()  # checks the version; keeps PyPTO's logs out of ~/ascend
 
     from kernels.pypto import kernels as pk  # noqa: PLC0415
 
