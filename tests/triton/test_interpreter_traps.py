@@ -1,0 +1,51 @@
+"""The two interpreter traps the kernels are built around (triton 3.9.0), pinned.
+
+If one of these starts failing, triton changed: the workaround in
+``kernels/triton/_kernels.py`` may be removable (say so there), never silently kept.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install '.[triton]')")
+tl = pytest.importorskip("triton.language")
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+
+def _dot(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, FP32: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    if FP32:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b, out_dtype=tl.float32))
+
+
+def _narrow(src_ptr, dst_ptr, n: tl.constexpr):
+    r = tl.arange(0, n)
+    tl.store(dst_ptr + r, tl.load(src_ptr + r).to(tl.bfloat16))
+
+
+def test_bf16_dot_is_garbage_and_fp32_dot_exact():
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 16, generator=gen).bfloat16()
+    b = torch.randn(16, 32, generator=gen).bfloat16()
+    exact = a.float() @ b.float()
+    kern = InterpretedFunction(_dot)
+    errors = {}
+    for fp32 in (False, True):
+        c = torch.zeros(64, 32)
+        kern[(1,)](a, b, c, 64, 32, 16, fp32)
+        errors[fp32] = float((c - exact).abs().max())
+    assert errors[True] == 0.0
+    assert errors[False] > 1e6, f"BF16 tl.dot in the interpreter now errs only {errors[False]:.3g}: trap fixed?"
+
+
+def test_native_bf16_narrowing_truncates():
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(1))
+    out = torch.empty(4096, dtype=torch.bfloat16)
+    InterpretedFunction(_narrow)[(1,)](x, out, 4096)
+    wrong = int((out.view(torch.int16) != x.bfloat16().view(torch.int16)).sum())
+    assert wrong > 1000, f"only {wrong} of 4096 differ from round-to-nearest-even: trap fixed?"
