@@ -9,8 +9,10 @@ Tolerances: dg, dfc within 1 BF16 ULP (same formula and operation order; only ex
 implementation differs by a few FP32 ULPs, which can flip one BF16 rounding). db, dw,
 dx within ``reference.tolerance``: 1 BF16 spacing per rounding the kernel does plus
 2 gamma_L sum|terms| for summing the same FP32 terms in another order; that term is
-below 1e-4 ULP except on elements whose sum cancels. Both are also held to: at most
-0.1% of elements more than 1 ULP away (measured: <= 0.02%).
+below 1e-4 ULP except on elements whose sum cancels. All outputs are also held to: at
+most 0.1% of the elements (or 2) differ at all -- measured over 3 seeds x 7 shapes: at
+most 0.05% (dw: 1 of 2048), dx 0.016%, db 1 of 200 -- which catches a kernel that
+truncates instead of rounding (within 1 ULP everywhere, but on ~50% of the elements).
 """
 from __future__ import annotations
 
@@ -54,10 +56,12 @@ def check_against_reference(out: dict, inputs: dict, *, acc_bf16: bool, exp_rati
     for name, expected in ref.items():
         actual = out[name].float()
         ulps = bf16_ulps(actual, expected)
-        beyond = int((ulps > 1).sum())
-        assert beyond <= max(1, ulps.numel() // 1000), (
-            f"{name}: {beyond} of {ulps.numel()} elements more than 1 BF16 ULP from the reference "
-            f"(max {int(ulps.max())} ULP at {tuple(int(i) for i in (ulps == ulps.max()).nonzero()[0])})")
+        differing = int((ulps > 0).sum())
+        assert differing <= max(2, ulps.numel() // 1000), (
+            f"{name}: {differing} of {ulps.numel()} elements differ from the reference "
+            f"(max {int(ulps.max())} ULP at {tuple(int(i) for i in (ulps == ulps.max()).nonzero()[0])}); "
+            f"a correct kernel differs on <= 0.05% (reordered FP32 sums flipping a rounding), "
+            f"a wrong rounding mode or a bias on ~50%")
         if name in tol:
             err = (actual.double() - expected.double()).abs()
             nan_ok = torch.isnan(actual) == torch.isnan(expected)
