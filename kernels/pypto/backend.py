@@ -34,12 +34,17 @@ DEVICE_ENV = "TILE_FWK_DEVICE_ID"
 CHUNK_ENV = "SWIGLU_PYPTO_CPU_CHUNK_ROWS"
 MAX_M_ENV = "SWIGLU_PYPTO_CPU_MAX_M"
 
-# Rows per interpreter call (rounded down to a multiple of the kernel's tile_m, at least one
-# tile). Measured on 2 cores (benchmarks/pypto_cpu.py): per-row cost is flat up to ~8 tiles
-# and grows beyond, memory grows with (tiles per call) x (tensor size).
-DEFAULT_CHUNK_ROWS = 8192
-# Beyond this M the CPU interpreter is refused: about 2.5 s per 1000 rows at K=512, N=1024
-# (all three kernels), i.e. minutes per case; the seed case (M=220000) belongs to the NPU.
+# Rows per interpreter call, per kernel (rounded down to a multiple of the kernel's tile_m,
+# at least one tile; SWIGLU_PYPTO_CPU_CHUNK_ROWS overrides all three). Each call costs
+# ~1.2 s CPU of recompilation (PyPTO's passes + g++ on the control flow); within a call the
+# interpreter's time and memory grow faster than linearly with the tiles it runs (it keeps
+# every tile's intermediates). Measured at M=8192, K=512, N=1024 on 2 cores
+# (benchmarks/pypto_cpu.py): b is fastest one tile per call (7.8 s vs 16.3 s for one call,
+# 0.4 vs 3.0 GB); w and x are fastest with 4096-8192 rows per call.
+DEFAULT_CHUNK_ROWS = {"b": 1024, "w": 8192, "x": 4096}
+# Beyond this M the CPU interpreter is refused for time, not memory (the chunks bound the
+# memory): about 2.5 s per 1000 rows at K=512, N=1024 for the three kernels on 2 cores, so
+# the seed case (M=220000) would take ~9 min per backend; it belongs to the NPU.
 DEFAULT_CPU_MAX_M = 65536
 
 
@@ -159,8 +164,8 @@ def _run_npu(schedule: TiledSchedule, inputs: dict) -> dict:
     return {name: t.to(src) for name, t in out.items()}
 
 
-def cpu_chunk_rows(tile_m: int) -> int:
-    rows = int(os.environ.get(CHUNK_ENV, DEFAULT_CHUNK_ROWS))
+def cpu_chunk_rows(kernel: str, tile_m: int) -> int:
+    rows = int(os.environ.get(CHUNK_ENV) or DEFAULT_CHUNK_ROWS[kernel])
     return max(tile_m, rows // tile_m * tile_m)
 
 
@@ -176,10 +181,12 @@ def _check_cpu_capacity(m: int, k: int, n: int, variant: str) -> None:
             f"M={m} is above the CPU interpreter limit M<={max_m} ({MAX_M_ENV}): PyPTO's interpreter "
             f"runs ~2.5 s per 1000 rows at K=512, N=1024 on 2 cores (about {est_s / 60:.0f} min for this "
             f"case, K={k}, N={n}); run it on an NPU host")
-    # Buffers the backend holds (inputs are the caller's): outputs + FP32 accumulators, plus one
-    # chunk's interpreter working set (measured <= 3.2 GB at 8192 rows, K=512, N=1024).
-    need = 2 * (2 * m * n + m * k + 2 * k * n) + (8 * k * n if variant == "hardened" else 0)
-    need += int(3.2e9 * (n * max(k, n)) / (1024 * 1024) * cpu_chunk_rows(2048) / 8192)
+    # Buffers the backend holds: a CPU copy of the inputs, the outputs, the FP32 accumulators,
+    # plus one call's interpreter working set (measured <= 1.4 GB with the default chunks at
+    # K=512, N=1024; scaled with the row width and the chunk).
+    need = 2 * 2 * (2 * m * n + m * k + 2 * k * n) + (8 * k * n if variant == "hardened" else 0)
+    chunk = max(cpu_chunk_rows(kern, 2048) for kern in ("b", "w", "x"))
+    need += int(1.4e9 * (max(k, n) / 1024) * (chunk / 8192))
     avail = _mem_available()
     if avail is not None and need > 0.8 * avail:
         raise BackendUnsupported(
@@ -212,7 +219,7 @@ def _run_cpu(schedule: TiledSchedule, inputs: dict) -> dict:
     out, acc = _alloc(m, k, n, variant, "cpu")
     tiles = {"b": schedule.tile_m_b, "w": schedule.tile_m_w, "x": schedule.tile_m_x}
     for kernel, name in ((b, "b"), (w, "w"), (x, "x")):
-        step = cpu_chunk_rows(tiles[name])
+        step = cpu_chunk_rows(name, tiles[name])
         for r0 in range(0, m, step):
             args = _kernel_args(variant, inp, out, acc, slice(r0, min(m, r0 + step)))
             interpreter.run(kernel, *args[name])

@@ -69,6 +69,9 @@ def x_vec_tile(npuarch=None):
 
 def _check_schedule(schedule: TiledSchedule) -> str:
     plan = schedule.plan
+    tiles = (schedule.tile_m_b, schedule.tile_m_w, schedule.tile_m_x)
+    if any(t is None for t in tiles):
+        raise ValueError(f"the PyPTO kernels loop over M in tiles; schedule has tile_m (b, w, x) = {tiles}")
     if plan.math != torch.float32:
         raise ValueError(f"the PyPTO kernels compute in FP32; schedule asks for {plan.math}")
     acc = {schedule.db_accumulator, schedule.dw_accumulator}
