@@ -241,8 +241,10 @@ def _tile_order_reduce(part_ptr, out_ptr, n_tiles, L,
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < L
     acc = tl.full([BLOCK], 0.0, tl.float32)
+    ptrs = part_ptr + offs          # 64-bit pointer steps: t * L can pass 2^31 (e.g. 108 tiles x 4096 x 16384)
     for t in range(0, n_tiles):
-        p = tl.load(part_ptr + t * L + offs, mask=mask, other=0)
+        p = tl.load(ptrs, mask=mask, other=0)
+        ptrs += L
         if ACC_BF16:
             p = (p.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
             acc = acc + p
