@@ -20,6 +20,8 @@ import torch
 
 # The points where the operator's dtype path can round, in data-flow order.
 ROUNDING_POINTS = (
+    "dy_fc",       # dy * fc, when a framework materialises it (autograd's grad of silu(g))
+    "silu_g",      # g * sigmoid(g), likewise (autograd's saved forward output)
     "dg",          # b kernel stores dg; w and x kernels read the stored value
     "dfc",         # likewise dfc
     "db",          # db_g / db_fc output store
@@ -39,11 +41,16 @@ class RoundingPlan:
     """
     math: torch.dtype = torch.float32
     store: dict = field(default_factory=lambda: {
-        "dg": torch.bfloat16, "dfc": torch.bfloat16, "db": torch.bfloat16,
+        "dy_fc": None, "silu_g": None, "dg": torch.bfloat16, "dfc": torch.bfloat16, "db": torch.bfloat16,
         "dw": torch.bfloat16, "dx_product": None, "dx": torch.bfloat16})
     sigmoid: str = "stable"
+    # db sums dg/dfc as computed ("math", the article's b kernel) or as stored ("stored",
+    # a framework that materialises dg in BF16 first, as PyTorch autograd does)
+    db_input: str = "math"
 
     def __post_init__(self):
+        if self.db_input not in ("math", "stored"):
+            raise ValueError(f"db_input must be 'math' or 'stored', got {self.db_input!r}")
         unknown = set(self.store) - set(ROUNDING_POINTS)
         if unknown:
             raise ValueError(f"unknown rounding points {sorted(unknown)}; known: {ROUNDING_POINTS}")
@@ -59,23 +66,51 @@ class RoundingPlan:
 
 @dataclass(frozen=True)
 class TiledSchedule:
-    """The kernel's loop over M. Tile sizes in rows; accumulators are the dtypes
-    the per-tile partials are cast to and added in, tile by tile in loop order."""
-    tile_m_b: int = 1024
-    tile_m_w: int = 2048
-    tile_m_x: int = 1024
+    """The kernel's loop over M. Tile sizes in rows (``None``: one global
+    reduction over all M rows); accumulators are the dtypes the per-tile partials
+    are cast to and added in, tile by tile in loop order."""
+    name: str = "article"
+    tile_m_b: int | None = 1024
+    tile_m_w: int | None = 2048
+    tile_m_x: int | None = 1024
     db_accumulator: torch.dtype = torch.bfloat16
     dw_accumulator: torch.dtype = torch.bfloat16
     plan: RoundingPlan = field(default_factory=RoundingPlan)
 
     def __post_init__(self):
         for name in ("tile_m_b", "tile_m_w", "tile_m_x"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+            tile = getattr(self, name)
+            if tile is not None and tile < 1:
+                raise ValueError(f"{name} must be >= 1 or None (global), got {tile}")
+
+    def tile_m(self, kernel: str) -> int | None:
+        return {"b": self.tile_m_b, "w": self.tile_m_w, "x": self.tile_m_x}[kernel]
 
     def n_tiles(self, m: int, kernel: str) -> int:
-        tile = {"b": self.tile_m_b, "w": self.tile_m_w, "x": self.tile_m_x}[kernel]
-        return -(-m // tile)
+        tile = self.tile_m(kernel)
+        return 1 if tile is None else -(-m // tile)
 
 
 BF16_FAITHFUL = RoundingPlan()
+FP64_IDEAL = RoundingPlan(math=torch.float64, store={p: None for p in ROUNDING_POINTS})
+
+# The two global-sum goldens are schedules without tiles: one reduction over all
+# M rows in the math dtype, rounded once where the plan stores.
+
+
+def faithful_schedule(plan: RoundingPlan) -> TiledSchedule:
+    """The BF16-faithful golden of a dtype path: the plan's roundings, a stable sigmoid
+    (the right answer, whatever form the kernel uses), one global reduction in the math dtype."""
+    stable = replace(plan, sigmoid="stable")
+    differs = [p for p in ROUNDING_POINTS if stable.rounding(p) != BF16_FAITHFUL.rounding(p)]
+    extras = differs + ([] if stable.db_input == BF16_FAITHFUL.db_input else [f"db_{stable.db_input}"]) \
+        + ([] if stable.math == BF16_FAITHFUL.math else [str(stable.math).replace("torch.", "")])
+    name = "faithful" + (f"[{','.join(extras)}]" if extras else "")
+    return TiledSchedule(name=name, tile_m_b=None, tile_m_w=None, tile_m_x=None,
+                         db_accumulator=plan.math, dw_accumulator=plan.math, plan=replace(plan, sigmoid="stable"))
+
+
+FP64_GLOBAL = TiledSchedule(name="fp64", tile_m_b=None, tile_m_w=None, tile_m_x=None,
+                            db_accumulator=torch.float64, dw_accumulator=torch.float64, plan=FP64_IDEAL)
+FAITHFUL_GLOBAL = TiledSchedule(name="faithful", tile_m_b=None, tile_m_w=None, tile_m_x=None,
+                                db_accumulator=torch.float32, dw_accumulator=torch.float32, plan=BF16_FAITHFUL)

@@ -10,6 +10,29 @@ import functools
 
 import torch
 
+from goldens.schedule import BF16_FAITHFUL, RoundingPlan, TiledSchedule
+
+# PyTorch's dtype path, declared so its goldens replay it. Autograd of silu(g) * fc in BF16
+# materialises dy*fc (the gradient reaching silu) and silu(g) (saved by the forward) as BF16
+# tensors; dg/dfc are stored in BF16 and summed as stored for db; each matmul is rounded to
+# BF16, so dx's two products are rounded before their (BF16) sum; one global FP32
+# accumulation per reduction.
+TORCH_BF16 = TiledSchedule(
+    name="torch-bf16", tile_m_b=None, tile_m_w=None, tile_m_x=None,
+    db_accumulator=torch.float32, dw_accumulator=torch.float32,
+    plan=RoundingPlan(store={**BF16_FAITHFUL.store, "dy_fc": torch.bfloat16, "silu_g": torch.bfloat16,
+                             "dx_product": torch.bfloat16}, db_input="stored"),
+)
+
+# Inductor fuses the elementwise backward into FP32 code that rounds once on store (no
+# BF16 dy*fc or silu(g)); the bias sums read the stored BF16 dg/dfc (measured: db equals
+# the FP32 sum of the stored dg bit for bit); matmuls are BF16, each rounded.
+TORCH_COMPILE_BF16 = TiledSchedule(
+    name="torch-compile-bf16", tile_m_b=None, tile_m_w=None, tile_m_x=None,
+    db_accumulator=torch.float32, dw_accumulator=torch.float32,
+    plan=RoundingPlan(store={**BF16_FAITHFUL.store, "dx_product": torch.bfloat16}, db_input="stored"),
+)
+
 
 def _backward(x, w_g, w_fc, dy, g, fc):
     g = g.detach().requires_grad_(True)
@@ -37,3 +60,7 @@ def _compiled():
 
 def torch_compile(*, x, w_g, w_fc, dy, g, fc):
     return _compiled()(x, w_g, w_fc, dy, g, fc)
+
+
+torch_eager.schedule = TORCH_BF16
+torch_compile.schedule = TORCH_COMPILE_BF16

@@ -1,0 +1,81 @@
+"""Rounding-model error bounds per element (Higham, Accuracy and Stability of
+Numerical Algorithms, 2nd ed., sections 3.1 and 3.5).
+
+gamma_k(u) = k u / (1 - k u) bounds the relative error of k chained roundings.
+A sum or dot product of length k computed in a dtype with unit roundoff u has
+|computed - exact| <= gamma_k(u) * sum |terms|. The bounds below are for
+|kernel - exact| (the FP64 golden), given the kernel's rounding plan and
+schedule; the reduction length is always an argument, stated by the caller.
+"""
+from __future__ import annotations
+
+import torch
+
+from goldens.schedule import TiledSchedule
+
+UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24,
+                 torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+# dg = (dy*fc) * s*(1 + g*(1-s)) with s = sigmoid(g): about 8 roundings in the math dtype,
+# plus sigmoid's own (exp, add, divide): 12 covers both forms.
+ELEMENTWISE_OPS = 12
+
+
+def unit_roundoff(dtype: torch.dtype | None) -> float:
+    return 0.0 if dtype is None else UNIT_ROUNDOFF[dtype]
+
+
+def gamma(k: int, u: float) -> float:
+    """k u / (1 - k u); infinite once k u >= 1 (the model then bounds nothing)."""
+    ku = k * u
+    return float("inf") if ku >= 1 else ku / (1 - ku)
+
+
+def elementwise_bound(exact: torch.Tensor, sched: TiledSchedule, point: str) -> torch.Tensor:
+    """dg / dfc: ELEMENTWISE_OPS roundings in the math dtype, then the store."""
+    plan = sched.plan
+    return (gamma(ELEMENTWISE_OPS, unit_roundoff(plan.math)) + unit_roundoff(plan.rounding(point))) * exact.abs()
+
+
+def reduction_bound(abs_terms: torch.Tensor, exact: torch.Tensor, *, length: int, sched: TiledSchedule,
+                    kernel: str, inputs_stored: str | None, output: str) -> torch.Tensor:
+    """A sum of ``length`` terms (rows of M for db/dw) done as the schedule does it:
+    per-tile partials in the math dtype, cast to the accumulator and added across
+    n_tiles tiles, then stored.
+
+    bound = [gamma_len(u_math) + u_in + gamma_ops(u_math) + u_acc + gamma_{T-1}(u_acc)] * sum|terms|
+            + u_store * |exact|
+    u_in is the rounding of stored inputs (dg/dfc stored in BF16 before the w kernel reads them);
+    u_acc the cast of each partial; T the number of tiles.
+    """
+    plan = sched.plan
+    u_math = unit_roundoff(plan.math)
+    u_acc = unit_roundoff(sched.db_accumulator if kernel == "b" else sched.dw_accumulator)
+    if (sched.db_accumulator if kernel == "b" else sched.dw_accumulator) == plan.math:
+        u_acc = 0.0
+    n_tiles = sched.n_tiles(length, kernel)
+    u_in = unit_roundoff(plan.rounding(inputs_stored)) if inputs_stored else 0.0
+    relative = (gamma(length, u_math) + u_in + gamma(ELEMENTWISE_OPS, u_math)
+                + (u_acc if n_tiles > 1 else 0.0) + gamma(max(n_tiles - 1, 0), u_acc))
+    return relative * abs_terms + unit_roundoff(plan.rounding(output)) * exact.abs()
+
+
+def dx_bound(abs_terms: torch.Tensor, exact: torch.Tensor, *, length: int, sched: TiledSchedule) -> torch.Tensor:
+    """dx = dg w_g^T + dfc w_fc^T: two dot products of length N (stored BF16 dg/dfc
+    in, math-dtype accumulation), each optionally rounded, then their sum and the store.
+    ``abs_terms`` = |dg| |w_g|^T + |dfc| |w_fc|^T."""
+    plan = sched.plan
+    u_math = unit_roundoff(plan.math)
+    relative = (gamma(length, u_math) + unit_roundoff(plan.rounding("dg")) + gamma(ELEMENTWISE_OPS, u_math)
+                + unit_roundoff(plan.rounding("dx_product")) + u_math)
+    return relative * abs_terms + unit_roundoff(plan.rounding("dx")) * exact.abs()
+
+
+def order_noise(abs_terms: torch.Tensor, *, length: int, math: torch.dtype) -> torch.Tensor:
+    """Allowance for a reduction done in another (equally valid) order: sqrt(length) * u_math *
+    sum|terms|, the scale of the probabilistic rounding-error model (Higham & Mary, SIAM J. Sci.
+    Comput. 41(5), 2019), not its worst case gamma_length. Two correct FP32 kernels that sum in
+    different orders differ by about this much; where the terms cancel (sum|terms| >> |sum|) it
+    exceeds rtol * |sum| and the gate must not call that a bug. Typical elements are barely
+    touched: at the article's case (length 220000) it is ~2.8e-5 * sum|terms|, about 1/128 of
+    a dw element of typical size."""
+    return (length ** 0.5) * unit_roundoff(math) * abs_terms

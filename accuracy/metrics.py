@@ -1,0 +1,242 @@
+"""Error metrics of one output against one golden, accumulated chunk by chunk.
+
+``ErrorStats.update`` takes rows of the kernel's output, the golden's and
+(optionally) the rounding-model bound; ``finalize`` returns a JSON-ready dict.
+Nothing here raises on bad values: NaN, Inf, zeros and empty chunks are data.
+Only ``accuracy.gate`` turns these numbers into a verdict.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from accuracy.tolerances import Tolerance
+from accuracy.ulp import ulp_distance
+
+WORST_K = 8
+# Positive "excess" values (|err| - rtol|golden|) kept to count mismatches exactly at an atol
+# known only after the last chunk; 4M float32 = 16 MiB. Beyond it the count becomes a range.
+EXCESS_CAP = 1 << 22
+# ULP histogram: 1/8-ULP bins up to 16 ULP, then 8 bins per octave up to 2^16 ULP.
+ULP_EDGES = torch.cat([torch.arange(0, 16, 0.125, dtype=torch.float64),
+                       torch.exp2(torch.arange(4, 16.001, 0.125, dtype=torch.float64)),
+                       torch.tensor([math.inf], dtype=torch.float64)])
+LOG10_EDGES = torch.arange(-45.0, 5.001, 0.25, dtype=torch.float64)
+
+
+def _histogram(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+    """Counts per [edges[i], edges[i+1]); values beyond the last edge land in the last bin."""
+    idx = torch.bucketize(values, edges, right=True) - 1
+    idx = idx.clamp(0, len(edges) - 2)
+    return torch.bincount(idx, minlength=len(edges) - 1)
+
+
+def _percentile(counts: torch.Tensor, edges: torch.Tensor, q: float) -> float | None:
+    total = int(counts.sum())
+    if total == 0:
+        return None
+    cum = torch.cumsum(counts, 0)
+    i = int(torch.searchsorted(cum, torch.tensor(math.ceil(q * total), dtype=cum.dtype)))
+    return float(edges[min(i + 1, len(edges) - 1)])
+
+
+def _index(flat: int, row_offset: int, width: int) -> list[int]:
+    return [row_offset + flat // width, flat % width]
+
+
+class ErrorStats:
+    """Streaming comparison of kernel output ``actual`` with golden ``expected``."""
+
+    def __init__(self, tol: Tolerance, shape: tuple[int, int]):
+        self.tol = tol
+        self.shape = list(shape)
+        self.n = 0
+        self.n_compared = 0         # both finite
+        self.nonfinite = {"nan_both": 0, "nan_actual_only": 0, "nan_expected_only": 0,
+                          "inf_match": 0, "inf_mismatch": 0}
+        self.max_abs = (-1.0, None)
+        self.max_rel = (-1.0, None)
+        self.max_excess = (-math.inf, None)
+        self.max_ulp = (-1.0, None)
+        self.worst: list[dict] = []
+        self.excess_kept: list[torch.Tensor] = []
+        self.n_excess_positive = 0
+        self.n_over_seed = 0
+        self.sum_err = self.sum_abs_err = 0.0
+        self.n_pos = self.n_neg = 0
+        self.dot = self.sq_a = self.sq_b = 0.0
+        self.n_golden_finite = 0
+        self.n_zero_passes = 0      # |golden| small enough that 0 passes the seed gate
+        self.max_golden = 0.0
+        self.ulp_hist = torch.zeros(len(ULP_EDGES) - 1, dtype=torch.int64)
+        self.log10_hist = torch.zeros(len(LOG10_EDGES) - 1, dtype=torch.int64)
+        self.n_exact = 0
+        self.bound_seen = False
+        self.order_noise_seen = False
+        self.max_noise_ratio = 0.0
+        self.max_util = (-1.0, None)
+        self.n_over_bound = 0
+        self.sum_bound = 0.0
+
+    def update(self, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | None = None,
+               row_offset: int = 0, rounded_terms: torch.Tensor | None = None,
+               order_noise: torch.Tensor | None = None) -> None:
+        """``rounded_terms``: per element, the magnitude of intermediate values the dtype path
+        stores in BF16 before the final rounding (dx's two products); rtol applies to
+        |golden| + rounded_terms, since each rounding point can flip once and a flip at a
+        product moves the result by the product's ULP.
+        ``order_noise``: per element, the summation-order allowance of a reduction (see
+        ``accuracy.bounds.order_noise``), added to the tolerance."""
+        if actual.numel() == 0:
+            return
+        width = actual.shape[-1] if actual.dim() > 1 else 1
+        a = actual.double().reshape(-1)
+        b = expected.double().reshape(-1).to(a.device)
+        self.n += a.numel()
+        rtol, seed_atol = self.tol.rtol, self.tol.atol
+
+        nf = self.nonfinite
+        if bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all()):
+            fa, fb, pos, b_fin = a, b, None, b           # the common case: no masks, no copies
+        else:
+            a_nan, b_nan = torch.isnan(a), torch.isnan(b)
+            a_inf, b_inf = torch.isinf(a), torch.isinf(b)
+            nf["nan_both"] += int((a_nan & b_nan).sum())
+            nf["nan_actual_only"] += int((a_nan & ~b_nan).sum())
+            nf["nan_expected_only"] += int((b_nan & ~a_nan).sum())
+            inf_any = (a_inf | b_inf) & ~a_nan & ~b_nan
+            inf_match = inf_any & (a == b)
+            nf["inf_match"] += int(inf_match.sum())
+            nf["inf_mismatch"] += int((inf_any & ~inf_match).sum())
+            finite = torch.isfinite(a) & torch.isfinite(b)
+            fa, fb = a[finite], b[finite]
+            pos = torch.nonzero(finite).squeeze(1)
+            b_fin = b[torch.isfinite(b)]
+        self.n_compared += fa.numel()
+        self.sq_b += float(torch.dot(b_fin, b_fin))
+        self.n_golden_finite += b_fin.numel()
+        abs_b_fin = b_fin.abs()
+        self.n_zero_passes += int(torch.count_nonzero(abs_b_fin * (1 - rtol) <= seed_atol))
+        if b_fin.numel():
+            self.max_golden = max(self.max_golden, float(abs_b_fin.max()))
+        if fa.numel() == 0:
+            return
+
+        def select(t: torch.Tensor) -> torch.Tensor:
+            t = t.double().reshape(-1).to(a.device)
+            return t if pos is None else t[pos]
+
+        def flat(i: int) -> int:
+            return i if pos is None else int(pos[i])
+
+        err = fa - fb
+        abs_err = err.abs()
+        rel = abs_err / fb.abs()   # inf where golden is 0 and err > 0, NaN where both 0
+        rel = torch.where(abs_err == 0, torch.zeros_like(rel), rel)
+        scale = fb.abs() if pos is not None else abs_b_fin
+        if rounded_terms is not None:
+            scale = scale + select(rounded_terms)
+        excess = abs_err - rtol * scale
+        if order_noise is not None:
+            noise = select(order_noise)
+            excess = excess - noise
+            self.order_noise_seen = True
+            ratio = torch.where(abs_err == 0, torch.zeros_like(abs_err), abs_err / noise)
+            self.max_noise_ratio = max(self.max_noise_ratio, float(ratio.max()))
+        ulp = ulp_distance(fa, fb)
+
+        def track(current, values):
+            i = int(torch.argmax(values))
+            v = float(values[i])
+            return (v, _index(flat(i), row_offset, width)) if v > current[0] else current
+
+        self.max_abs = track(self.max_abs, abs_err)
+        self.max_rel = track(self.max_rel, rel)
+        self.max_excess = track(self.max_excess, excess)
+        self.max_ulp = track(self.max_ulp, ulp)
+        positive = excess[excess > 0]
+        self.n_excess_positive += positive.numel()
+        self.n_over_seed += int((excess > seed_atol).sum())
+        kept = sum(t.numel() for t in self.excess_kept)
+        if positive.numel() and kept < EXCESS_CAP:
+            self.excess_kept.append(positive[: EXCESS_CAP - kept].float().cpu())
+
+        k = min(WORST_K, excess.numel())
+        top = torch.topk(excess, k)
+        for v, i in zip(top.values.tolist(), top.indices.tolist()):
+            self.worst.append({"index": _index(flat(i), row_offset, width), "actual": float(fa[i]),
+                               "expected": float(fb[i]), "abs_err": float(abs_err[i]), "rel_err": float(rel[i]),
+                               "ulp": float(ulp[i]), "excess": v})
+        self.worst = sorted(self.worst, key=lambda w: -w["excess"])[:WORST_K]
+
+        self.sum_err += float(err.sum())
+        self.sum_abs_err += float(abs_err.sum())
+        self.n_pos += int(torch.count_nonzero(err > 0))
+        self.n_neg += int(torch.count_nonzero(err < 0))
+        self.dot += float(torch.dot(fa, fb))
+        self.sq_a += float(torch.dot(fa, fa))
+        self.ulp_hist += _histogram(ulp, ULP_EDGES).cpu()
+        exact = int(torch.count_nonzero(abs_err == 0))
+        self.n_exact += exact
+        # zeros land in the first bin through the clamp; take them out again
+        log_hist = _histogram(torch.log10(abs_err.clamp(min=1e-300)), LOG10_EDGES).cpu()
+        log_hist[0] -= exact
+        self.log10_hist += log_hist
+
+        if bound is not None:
+            self.bound_seen = True
+            bd = select(bound)
+            util = torch.where(abs_err == 0, torch.zeros_like(abs_err), abs_err / bd)
+            self.max_util = track(self.max_util, util)
+            self.n_over_bound += int((util > 1).sum())
+            self.sum_bound += float(bd.sum())
+
+    def finalize(self) -> dict:
+        tol = self.tol
+        rms = math.sqrt(self.sq_b / self.n_golden_finite) if self.n_golden_finite else 0.0
+        atol_eff = tol.effective_atol(rms)
+        kept = torch.cat(self.excess_kept) if self.excess_kept else torch.zeros(0)
+        overflow = self.n_excess_positive - kept.numel()
+        nonfinite_bad = (self.nonfinite["nan_actual_only"] + self.nonfinite["nan_expected_only"]
+                         + self.nonfinite["inf_mismatch"])
+        mismatches = int((kept > atol_eff).sum()) + nonfinite_bad
+        norm = math.sqrt(self.sq_a * self.sq_b)
+        signed = self.n_pos + self.n_neg
+        return {
+            "shape": self.shape, "numel": self.n, "compared": self.n_compared,
+            "rtol": tol.rtol, "atol": tol.atol, "atol_effective": atol_eff,
+            "atol_capped": atol_eff < tol.atol,
+            "golden_rms": rms, "golden_max_abs": self.max_golden,
+            "max_abs_err": max(self.max_abs[0], 0.0), "max_abs_index": self.max_abs[1],
+            "max_rel_err": max(self.max_rel[0], 0.0), "max_rel_index": self.max_rel[1],
+            "max_excess": self.max_excess[0] if self.max_excess[1] is not None else None,
+            "max_excess_index": self.max_excess[1],
+            "mismatches": mismatches,
+            "mismatches_exact": overflow == 0,
+            "mismatches_upper": mismatches + overflow,
+            "mismatch_fraction": mismatches / self.n if self.n else 0.0,
+            "mismatches_seed_gate": self.n_over_seed + nonfinite_bad,
+            "nonfinite": dict(self.nonfinite), "nonfinite_disagreements": nonfinite_bad,
+            "worst": self.worst,
+            "ulp_p50": _percentile(self.ulp_hist, ULP_EDGES, 0.5),
+            "ulp_p99": _percentile(self.ulp_hist, ULP_EDGES, 0.99),
+            "ulp_max": self.max_ulp[0] if self.max_ulp[1] is not None else None,
+            "ulp_max_index": self.max_ulp[1],
+            "ulp_hist": self.ulp_hist.tolist(),
+            "log10_abs_err_hist": self.log10_hist.tolist(), "exact_elements": self.n_exact,
+            "sign_bias": (self.n_pos - self.n_neg) / signed if signed else 0.0,
+            "mean_err_over_mean_abs_err": self.sum_err / self.sum_abs_err if self.sum_abs_err else 0.0,
+            "cosine": self.dot / norm if norm > 0 else (1.0 if self.sq_a == self.sq_b == 0 else 0.0),
+            "small_value_share": self.n_zero_passes / self.n if self.n else 0.0,
+            "zero_passes_seed_gate": self.n > 0 and self.n_zero_passes == self.n,
+            "order_noise_max_ratio": self.max_noise_ratio if self.order_noise_seen else None,
+            "bound_max_utilisation": self.max_util[0] if self.bound_seen and self.max_util[1] is not None else None,
+            "bound_max_utilisation_index": self.max_util[1] if self.bound_seen else None,
+            "bound_exceeded": self.n_over_bound if self.bound_seen else None,
+            "bound_mean": self.sum_bound / self.n_compared if self.bound_seen and self.n_compared else None,
+        }
+
+
+def histogram_edges() -> dict:
+    return {"ulp": ULP_EDGES.tolist(), "log10_abs_err": LOG10_EDGES.tolist()}

@@ -1,0 +1,30 @@
+"""Errors in BF16 units in the last place (ULP) of the golden value.
+
+``ulp_distance(a, b) = |a - b| / spacing(b)``, where spacing(b) is the gap
+between BF16 neighbours in b's binade (2^(e-7) for 2^e <= |b| < 2^(e+1), and
+2^-133 among the subnormals). Measuring in the golden's ULP keeps the number
+meaningful where the golden is not a BF16 value (FP64) and across zero, where
+an ordinal count of representable values between a and b would jump by tens
+of thousands for a tiny absolute error. Across a binade edge it is asymmetric
+by design: just below 2.0 one ULP is 2^-7, at 2.0 it is 2^-6.
+"""
+from __future__ import annotations
+
+import torch
+
+MANTISSA_BITS = 7          # BF16 stores 7 fraction bits
+MIN_NORMAL_EXP = -126      # smallest normal binade, as in FP32
+
+
+def bf16_spacing(v: torch.Tensor) -> torch.Tensor:
+    """Gap between BF16 neighbours at |v| (the ULP of v's binade), float64; inf at inf."""
+    v = v.double()
+    _, exp = torch.frexp(v)                     # |v| = m * 2^exp with m in [0.5, 1); exp = 0 at v = 0
+    exp = torch.where(v == 0, MIN_NORMAL_EXP, exp - 1).clamp(min=MIN_NORMAL_EXP)  # floor(log2 |v|)
+    spacing = torch.ldexp(torch.ones_like(v, dtype=torch.float64), exp - MANTISSA_BITS)
+    return torch.where(torch.isinf(v), torch.full_like(spacing, float("inf")), spacing)
+
+
+def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """|actual - expected| in ULPs of expected (float64; NaN where either is NaN)."""
+    return (actual.double() - expected.double()).abs() / bf16_spacing(expected)

@@ -1,0 +1,119 @@
+"""Evaluate one case: inputs, every selected backend, one golden pass, verdicts, records.
+
+All backends of a case are compared in the same streaming pass, so the goldens of
+the M=220000 case are computed once, not once per backend. A backend that fails
+or skips is recorded as such; the others are still compared.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from accuracy.compare import compare_case
+from accuracy.gate import Verdict, gated_verdicts
+from cases.spec import CaseSpec, make_inputs
+from goldens.schedule import TiledSchedule
+from goldens.stream import DEFAULT_CHUNK_ROWS
+from kernels.pypto.schedule import ARTICLE
+from kernels.registry import Backend
+from kernels.runner import BackendRun, run_backend
+
+
+def declared_schedule(backend: Backend) -> TiledSchedule:
+    """The schedule a backend declares (``fn.schedule``); the article's when it declares none."""
+    sched = getattr(backend.fn, "schedule", None)
+    return sched if isinstance(sched, TiledSchedule) else ARTICLE
+
+
+@dataclass
+class CaseOutcome:
+    spec: CaseSpec
+    runs: dict[str, BackendRun]
+    comparison: dict | None = None
+    verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
+    golden_seconds: float | None = None
+    error: str | None = None    # the case itself could not be evaluated (inputs, goldens)
+
+
+def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = "cpu",
+                  chunk_rows: int = DEFAULT_CHUNK_ROWS) -> CaseOutcome:
+    try:
+        inputs = make_inputs(spec, device)
+    except Exception as exc:
+        return CaseOutcome(spec, {}, error=f"case {spec.id}: inputs could not be made: {type(exc).__name__}: {exc}")
+    runs = {b.name: run_backend(b, inputs) for b in backends}
+    ok = {name: run.outputs for name, run in runs.items() if run.ok}
+    outcome = CaseOutcome(spec, runs)
+    schedules = {b.name: declared_schedule(b) for b in backends if b.name in ok}
+    start = time.perf_counter()
+    try:
+        outcome.comparison = compare_case(inputs, ok, schedules, chunk_rows=chunk_rows)
+    except Exception as exc:  # a golden that cannot be computed fails every cell of the case, loudly
+        outcome.error = f"case {spec.id}: goldens/compare failed: {type(exc).__name__}: {exc}"
+        return outcome
+    finally:
+        for run in runs.values():
+            run.outputs = None     # the outputs of M=220000 are GBs; keep only the numbers
+        del inputs, ok
+        gc.collect()
+    outcome.golden_seconds = time.perf_counter() - start
+    for name in outcome.comparison["backends"]:
+        outcome.verdicts[name] = gated_verdicts(outcome.comparison["backends"][name], case=spec.id, backend=name,
+                                                attribution=outcome.comparison["attribution"][name])
+    return outcome
+
+
+def records_for(outcome: CaseOutcome, backend: str, expectations_of=None) -> list[dict]:
+    """Result records of one backend at one case (one per output x golden, or one for a skip/error)."""
+    spec = outcome.spec
+    base = {"case": spec.id, "case_spec": spec.asdict(), "backend": backend}
+    run = outcome.runs.get(backend)
+    if outcome.error or run is None or not (outcome.comparison and backend in outcome.comparison["backends"]):
+        status = "skipped" if run is not None and run.skipped else "error"
+        message = outcome.error or (run.skipped or run.error if run else "backend did not run")
+        return [{**base, "output": "*", "golden": "*", "status": status, "message": message,
+                 "seconds": run.seconds if run else None}]
+    records = []
+    metrics = outcome.comparison["backends"][backend]
+    attribution = outcome.comparison["attribution"][backend]
+    for output, per_golden in metrics.items():
+        verdict = outcome.verdicts[backend][output]
+        for golden, m in per_golden.items():
+            gated = golden == verdict.golden
+            rec = {**base, "output": output, "golden": golden, "gated": gated, "metrics": m,
+                   "seconds": run.seconds, "attribution": attribution[output]}
+            if gated:
+                expected = expectations_of(output, golden) if expectations_of else None
+                rec["status"] = ("expected_failure" if expected and not verdict.passed else
+                                 "unexpected_pass" if expected else
+                                 "pass" if verdict.passed else "fail")
+                rec["vacuous_seed_gate"] = verdict.vacuous_seed_gate
+                rec["atol_capped"] = verdict.atol_capped
+                rec["message"] = verdict.message
+                if expected:
+                    rec["expected_reason"] = expected.reason
+            else:
+                rec["status"] = "info"
+            records.append(rec)
+    return records
+
+
+def golden_records(outcome: CaseOutcome) -> list[dict]:
+    """The goldens compared with each other at this case (storage and tile-order error)."""
+    if not outcome.comparison:
+        return []
+    spec = outcome.spec
+    return [{"case": spec.id, "case_spec": spec.asdict(), "backend": f"golden:{pair.split(' vs ')[0]}",
+             "output": output, "golden": pair.split(" vs ")[1], "status": "info", "metrics": m,
+             "seconds": outcome.golden_seconds}
+            for pair, per_output in outcome.comparison["goldens"].items() for output, m in per_output.items()]
+
+
+def device_of(name: str) -> str:
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"--device {name}: no CUDA device is present on this machine")
+    return name

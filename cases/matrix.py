@@ -1,0 +1,47 @@
+"""The case matrix: M edge sizes x (K, N) x scale profile x seed.
+
+Accuracy sizes only (benchmark sizes live in benchmarks/). Why each M:
+1, 2      - a single partial row: tail tile with valid_m = 1, 2 and nothing else
+1023..1025 - either side of the b/x kernels' tile_m = 1024 (ragged final tile of 1023 / 1 rows)
+2047..2049 - either side of the w kernel's tile_m = 2048
+3000      - 3 b-tiles (tail 952), 2 w-tiles (tail 952): tails in every kernel at once
+4097      - 5 b-tiles, 3 w-tiles, with a 1-row tail in both
+220000    - the article's case (215 b-tiles, 108 w-tiles, tail 1824 / 864 rows)
+(96, 200) is small and odd-shaped: no dimension a multiple of the cube tiles (128, 256).
+"""
+from __future__ import annotations
+
+from cases.spec import SCALES, CaseSpec
+
+M_EDGES = (1, 2, 1023, 1024, 1025, 2047, 2048, 2049, 3000, 4097, 220000)
+KN_PAIRS = ((512, 1024), (96, 200))
+SEED_CASE = CaseSpec(220000, 512, 1024, "seed", 0)
+LARGE_M = 100_000
+
+
+def quick_cases(seeds: int = 1) -> list[CaseSpec]:
+    """Every M edge and every scale at least once, small enough for CI, plus the article's case.
+
+    The scales rotate over the M edges below 220000 (10 M x 6 scales, 10 cells), alternating
+    (K, N); a second sweep at the small odd pair gives every scale a multi-tile M too."""
+    scales = list(SCALES)
+    cases = []
+    small_ms = [m for m in M_EDGES if m < LARGE_M]
+    for i, m in enumerate(small_ms):
+        k, n = KN_PAIRS[i % 2]
+        cases.append(CaseSpec(m, k, n, scales[i % len(scales)], 0))
+    for j, scale in enumerate(scales):
+        m = small_ms[(j * 3 + 4) % len(small_ms)]
+        cases.append(CaseSpec(m, 96, 200, scale, 0))
+    cases.append(SEED_CASE)
+    unique = list(dict.fromkeys(cases))
+    return [CaseSpec(c.m, c.k, c.n, c.scale, c.seed + s) if s else c for c in unique for s in range(seeds)]
+
+
+def full_cases(seeds: int = 1) -> list[CaseSpec]:
+    """The cross product of every axis."""
+    return [CaseSpec(m, k, n, scale, seed) for m in M_EDGES for (k, n) in KN_PAIRS
+            for scale in SCALES for seed in range(seeds)]
+
+
+PROFILES = {"quick": quick_cases, "full": full_cases}

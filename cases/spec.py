@@ -1,0 +1,110 @@
+"""A case of the matrix as data, and its inputs from its own seeded generator.
+
+Inputs are drawn on the CPU from ``torch.Generator().manual_seed(...)`` in float32,
+scaled per profile and rounded to BF16, then moved: every machine and device
+sees bit-identical inputs for the same case.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import asdict, dataclass
+
+import torch
+
+from kernels.contract import INPUT_NAMES, validate_inputs
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    m: int
+    k: int
+    n: int
+    scale: str
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return f"M{self.m}-K{self.k}-N{self.n}-{self.scale}-s{self.seed}"
+
+    def asdict(self) -> dict:
+        return {**asdict(self), "id": self.id}
+
+
+def _randn(gen, *shape):
+    return torch.randn(*shape, generator=gen, dtype=torch.float32)
+
+
+def _seed_scale(gen, m, k, n):
+    """The article's case: activations randn/sqrt(M), weights randn/sqrt(K)."""
+    a = 1 / math.sqrt(m)
+    return {"x": _randn(gen, m, k) * a, "w_g": _randn(gen, k, n) / math.sqrt(k),
+            "w_fc": _randn(gen, k, n) / math.sqrt(k), "dy": _randn(gen, m, n) * a,
+            "g": _randn(gen, m, n) * a, "fc": _randn(gen, m, n) * a}
+
+
+def _unit(gen, m, k, n):
+    """Order-one activations: sigmoid(g) spans (0.1, 0.9), so the SiLU derivative is exercised
+    (at the seed scale |g| ~ 2e-3 and sigmoid is 0.5 to three digits)."""
+    return {"x": _randn(gen, m, k), "w_g": _randn(gen, k, n) / math.sqrt(k),
+            "w_fc": _randn(gen, k, n) / math.sqrt(k), "dy": _randn(gen, m, n),
+            "g": _randn(gen, m, n), "fc": _randn(gen, m, n)}
+
+
+def _saturating(gen, m, k, n):
+    """|g| up to ~240 (60 sigma): 14% of g above 88.7 overflow exp in FP32, where the
+    article's sigmoid exp(g)/(1+exp(g)) becomes inf/inf = NaN; a stable sigmoid saturates to 1."""
+    t = _unit(gen, m, k, n)
+    t["g"] = t["g"] * 60
+    # at least one element per tile-row block is beyond the overflow point, whatever the draw
+    t["g"][::7, ::5] = 100.0
+    return t
+
+
+def _cancellation(gen, m, k, n):
+    """Rows in pairs (2i, 2i+1) with the same x, g, fc and dy of opposite sign, 1% apart:
+    db and dw are sums whose terms cancel to ~1% of their absolute sum."""
+    t = _unit(gen, m, k, n)
+    half = (m + 1) // 2
+    for name in ("x", "g", "fc"):
+        t[name] = t[name][:half].repeat_interleave(2, dim=0)[:m].contiguous()
+    dy = t["dy"][:half]
+    paired = torch.stack([dy, -dy * (1 + 0.01 * _randn(gen, half, n))], dim=1).reshape(2 * half, n)
+    t["dy"] = paired[:m].contiguous()
+    return t
+
+
+def _tiny(gen, m, k, n):
+    """dy near the bottom of the normal range (2^-124 ~ 4.7e-38): dg/dfc and db land among
+    FP32/BF16 subnormals (below 2^-126 ~ 1.2e-38), where a flush-to-zero kernel differs."""
+    t = _unit(gen, m, k, n)
+    t["dy"] = t["dy"] * 2.0 ** -124
+    return t
+
+
+def _outliers(gen, m, k, n):
+    """Unit scale plus 0.1% of dy and x entries multiplied by 2^10: a few huge terms dominate
+    sums, stressing relative gates and per-tile accumulation."""
+    t = _unit(gen, m, k, n)
+    for name in ("dy", "x"):
+        mask = torch.rand(t[name].shape, generator=gen) < 1e-3
+        t[name] = torch.where(mask, t[name] * 1024.0, t[name])
+    return t
+
+
+SCALES = {"seed": _seed_scale, "unit": _unit, "saturating": _saturating,
+          "cancellation": _cancellation, "tiny": _tiny, "outliers": _outliers}
+
+
+def make_inputs(spec: CaseSpec, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Bit-identical BF16 inputs for ``spec`` on ``device`` (drawn on the CPU)."""
+    if spec.scale not in SCALES:
+        raise ValueError(f"unknown scale profile {spec.scale!r}; known: {sorted(SCALES)}")
+    if spec.m < 1 or spec.k < 1 or spec.n < 1:
+        raise ValueError(f"case {spec.id}: M, K, N must all be >= 1")
+    # one generator per case, seeded from the case itself, never from global RNG state
+    gen = torch.Generator(device="cpu").manual_seed(zlib.crc32(spec.id.encode()) ^ spec.seed)
+    raw = SCALES[spec.scale](gen, spec.m, spec.k, spec.n)
+    inputs = {name: raw[name].to(torch.bfloat16).to(device) for name in INPUT_NAMES}
+    validate_inputs(inputs)
+    return inputs

@@ -1,0 +1,207 @@
+"""One streaming pass over M that computes every golden layer at once.
+
+All three layers are the same computation under a different ``TiledSchedule``:
+
+* FP64 ideal      = float64 math, no stores, one global reduction;
+* BF16-faithful   = FP32 math, BF16 stores per the rounding plan, one global FP32 reduction;
+* tiled emulation = the kernel's plan, its tile_m per kernel, partials cast to
+  the accumulator dtype and added tile by tile in loop order.
+
+Rows are processed in chunks (8192 by default: 8192 x 1024 float64 is 64 MiB),
+so the M=220000 case never holds a full-size float64 [M, N] tensor. Row-local
+outputs (dg, dfc, dx) are yielded chunk by chunk; reductions (db, dw) are
+complete after the last chunk. Each chunk is cut at the tile boundaries of every
+schedule sharing a rounding plan, so one partial matmul per segment serves the
+global and the tiled accumulations alike.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from goldens.schedule import RoundingPlan, TiledSchedule
+
+DEFAULT_CHUNK_ROWS = 8192
+REDUCTION_OUTPUTS = ("db_g", "db_fc", "dw_g", "dw_fc")
+
+
+def sigmoid(g: torch.Tensor, form: str) -> torch.Tensor:
+    if form == "stable":
+        return torch.sigmoid(g)
+    e = torch.exp(g)  # the article's form: inf / inf = NaN once exp overflows (g > ~88.7 in FP32)
+    return e / (1 + e)
+
+
+def round_to(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Round to ``dtype`` and back: the value a store would leave, in t's container."""
+    return t if dtype is None or dtype == t.dtype else t.to(dtype).to(t.dtype)
+
+
+def elementwise(dy, g, fc, plan: RoundingPlan):
+    """dg, dfc in the plan's math dtype, in the article's operation order."""
+    dy, g, fc = (t.to(plan.math) for t in (dy, g, fc))
+    s = sigmoid(g, plan.sigmoid)
+    silu_bwd = s * (1 + g * (1 - s))
+    dg = round_to(dy * fc, plan.rounding("dy_fc")) * silu_bwd
+    dfc = dy * round_to(g * s, plan.rounding("silu_g"))
+    return dg, dfc
+
+
+@dataclass
+class RowBlock:
+    """Golden row outputs for rows [start, stop): ``rows[layer][output]`` (plus
+    ``rows[layer]["dx_rounded_terms"]`` = |p_g| + |p_fc| when the plan stores dx's two
+    products before adding them); ``abs_dx`` is the
+    sum of |terms| of dx's two products (for the rounding-model bound), when asked for."""
+    start: int
+    stop: int
+    rows: dict[str, dict[str, torch.Tensor]]
+    abs_dx: torch.Tensor | None = None
+
+
+@dataclass
+class _Accumulator:
+    """Cross-tile state of one schedule for one reduction (db or dw pair)."""
+    tile: int | None
+    acc_dtype: torch.dtype
+    partial: list = field(default_factory=list)   # open tile's partial, math dtype, [g, fc]
+    total: list = field(default_factory=list)     # running value in acc_dtype, [g, fc]
+    rows_in_tile: int = 0
+
+    def add(self, parts: Sequence[torch.Tensor], rows: int) -> None:
+        if not self.partial:
+            self.partial = [p.clone() for p in parts]
+        else:
+            for acc, p in zip(self.partial, parts):
+                acc += p
+        self.rows_in_tile += rows
+        if self.tile is not None and self.rows_in_tile == self.tile:
+            self.close_tile()
+
+    def close_tile(self) -> None:
+        if not self.partial:
+            return
+        cast = [p.to(self.acc_dtype) for p in self.partial]
+        if not self.total:
+            # the caller zeroed the output: 0 + cast(partial) == cast(partial)
+            self.total = cast
+        else:
+            self.total = [t + c for t, c in zip(self.total, cast)]
+        self.partial, self.rows_in_tile = [], 0
+
+
+class GoldenPass:
+    """Streams the goldens of one case. Iterate ``blocks()`` once; afterwards
+    ``reductions[layer]`` holds db_g, db_fc, dw_g, dw_fc and, when ``abs_sums``
+    is set, ``abs_reductions`` the sums of |terms| for their bounds."""
+
+    def __init__(self, inputs: Mapping[str, torch.Tensor], layers: Mapping[str, TiledSchedule], *,
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, abs_sums: bool = False, abs_plan: RoundingPlan | None = None):
+        if chunk_rows < 1:
+            raise ValueError("chunk_rows must be >= 1")
+        self.inputs = inputs
+        self.layers = dict(layers)
+        self.chunk_rows = chunk_rows
+        self.abs_sums = abs_sums
+        self.abs_plan = abs_plan or next(iter(self.layers.values())).plan
+        self.reductions: dict[str, dict[str, torch.Tensor]] = {}
+        self.abs_reductions: dict[str, torch.Tensor] = {}
+        self._done = False
+
+    def _plans(self) -> list[RoundingPlan]:
+        plans: list[RoundingPlan] = []
+        for sched in self.layers.values():
+            if sched.plan not in plans:
+                plans.append(sched.plan)
+        return plans
+
+    @staticmethod
+    def _cuts(start: int, stop: int, tiles: Sequence[int | None]) -> list[int]:
+        cuts = {start, stop}
+        for tile in tiles:
+            if tile is not None:
+                first = (start // tile + 1) * tile
+                cuts.update(range(first, stop, tile))
+        return sorted(cuts)
+
+    def blocks(self) -> Iterator[RowBlock]:
+        if self._done:
+            raise RuntimeError("a GoldenPass streams once; make a new one")
+        x, dy, g, fc = (self.inputs[n] for n in ("x", "dy", "g", "fc"))
+        m = x.shape[0]
+        plans = self._plans()
+        weights = {id(p): (self.inputs["w_g"].to(p.math), self.inputs["w_fc"].to(p.math)) for p in plans}
+        db_acc = {name: _Accumulator(s.tile_m_b, s.db_accumulator) for name, s in self.layers.items()}
+        dw_acc = {name: _Accumulator(s.tile_m_w, s.dw_accumulator) for name, s in self.layers.items()}
+        abs_db = abs_dw = None
+
+        for start in range(0, m, self.chunk_rows):
+            stop = min(start + self.chunk_rows, m)
+            rows: dict[str, dict[str, torch.Tensor]] = {}
+            abs_dx = None
+            for plan in plans:
+                users = [n for n, s in self.layers.items() if s.plan == plan]
+                dg_m, dfc_m = elementwise(dy[start:stop], g[start:stop], fc[start:stop], plan)
+                dg_s = round_to(dg_m, plan.rounding("dg"))
+                dfc_s = round_to(dfc_m, plan.rounding("dfc"))
+                x_m = x[start:stop].to(plan.math)
+                w_g, w_fc = weights[id(plan)]
+                p_g = round_to(dg_s @ w_g.t(), plan.rounding("dx_product"))
+                p_fc = round_to(dfc_s @ w_fc.t(), plan.rounding("dx_product"))
+                dx = round_to(p_g + p_fc, plan.rounding("dx"))
+                block = {"dg": dg_s, "dfc": dfc_s, "dx": dx}
+                if plan.rounding("dx_product") is not None:
+                    # a rounding flip at a stored product moves dx by one ULP of the product
+                    block["dx_rounded_terms"] = p_g.abs() + p_fc.abs()
+                for name in users:
+                    rows[name] = block
+                # db: the b kernel sums dg/dfc in the math dtype, before the store rounds them
+                db_g_in, db_fc_in = (dg_m, dfc_m) if plan.db_input == "math" else (dg_s, dfc_s)
+                cuts_b = self._cuts(start, stop, [self.layers[n].tile_m_b for n in users])
+                for a, b in zip(cuts_b, cuts_b[1:]):
+                    seg = (db_g_in[a - start:b - start].sum(0, keepdim=True),
+                           db_fc_in[a - start:b - start].sum(0, keepdim=True))
+                    for name in users:
+                        db_acc[name].add(seg, b - a)
+                # dw: the w kernel reads the stored dg/dfc and multiplies in the math dtype
+                cuts_w = self._cuts(start, stop, [self.layers[n].tile_m_w for n in users])
+                for a, b in zip(cuts_w, cuts_w[1:]):
+                    xs = x_m[a - start:b - start].t()
+                    seg = (xs @ dg_s[a - start:b - start], xs @ dfc_s[a - start:b - start])
+                    for name in users:
+                        dw_acc[name].add(seg, b - a)
+                if self.abs_sums and plan == self.abs_plan:
+                    a_dg, a_dfc = dg_s.abs().float(), dfc_s.abs().float()
+                    a_x = x_m.abs().float()
+                    abs_dx = a_dg @ w_g.abs().float().t() + a_dfc @ w_fc.abs().float().t()
+                    part_db = (dg_m.abs().float().sum(0, keepdim=True), dfc_m.abs().float().sum(0, keepdim=True))
+                    part_dw = (a_x.t() @ a_dg, a_x.t() @ a_dfc)
+                    abs_db = part_db if abs_db is None else tuple(s + p for s, p in zip(abs_db, part_db))
+                    abs_dw = part_dw if abs_dw is None else tuple(s + p for s, p in zip(abs_dw, part_dw))
+            yield RowBlock(start, stop, rows, abs_dx)
+
+        for name, sched in self.layers.items():
+            db_acc[name].close_tile()
+            dw_acc[name].close_tile()
+            math = sched.plan.math
+            db = [round_to(t.to(math), sched.plan.rounding("db")) for t in db_acc[name].total]
+            dw = [round_to(t.to(math), sched.plan.rounding("dw")) for t in dw_acc[name].total]
+            self.reductions[name] = dict(zip(REDUCTION_OUTPUTS, db + dw))
+        if self.abs_sums:
+            self.abs_reductions = dict(zip(REDUCTION_OUTPUTS, list(abs_db) + list(abs_dw)))
+        self._done = True
+
+
+def materialize(inputs: Mapping[str, torch.Tensor], schedule: TiledSchedule,
+                chunk_rows: int = DEFAULT_CHUNK_ROWS) -> dict[str, torch.Tensor]:
+    """All seven outputs of one layer as full tensors in its math dtype (for tests and small M)."""
+    golden = GoldenPass(inputs, {schedule.name: schedule}, chunk_rows=chunk_rows)
+    parts: dict[str, list[torch.Tensor]] = {"dg": [], "dfc": [], "dx": []}
+    for block in golden.blocks():
+        for out in parts:
+            parts[out].append(block.rows[schedule.name][out])
+    result = {out: torch.cat(chunks) for out, chunks in parts.items()}
+    result.update(golden.reductions[schedule.name])
+    return result

@@ -1,0 +1,137 @@
+"""Each golden layer pinned on small hand-checkable cases."""
+import math
+
+import pytest
+import torch
+
+from goldens.layers import bf16_faithful, fp64_ideal, tiled_emulation
+from goldens.schedule import BF16_FAITHFUL, FP64_GLOBAL, RoundingPlan, TiledSchedule
+from goldens.stream import GoldenPass, materialize
+from kernels.pypto.schedule import ARTICLE
+from tests.core.helpers import case_inputs, tiny_inputs
+
+SAME_PLAN = TiledSchedule(name="same-plan", plan=BF16_FAITHFUL)   # the article's tiles, the faithful plan
+
+
+def by_hand(inp):
+    """The operator's math in float64 with explicit loops over rows."""
+    d = {k: v.double() for k, v in inp.items()}
+    s = 1 / (1 + torch.exp(-d["g"]))
+    dg = d["dy"] * d["fc"] * s * (1 + d["g"] * (1 - s))
+    dfc = d["dy"] * d["g"] * s
+    m = d["x"].shape[0]
+    db_g = sum(dg[i] for i in range(m)).unsqueeze(0)
+    dw_g = sum(torch.outer(d["x"][i], dg[i]) for i in range(m))
+    dx = dg @ d["w_g"].t() + dfc @ d["w_fc"].t()
+    return {"dg": dg, "dfc": dfc, "db_g": db_g, "dw_g": dw_g, "dx": dx}
+
+
+def test_fp64_ideal_matches_the_formula_by_hand():
+    inp = tiny_inputs()
+    got, want = fp64_ideal(inp), by_hand(inp)
+    for name, ref in want.items():
+        assert got[name].dtype == torch.float64
+        torch.testing.assert_close(got[name], ref, rtol=1e-12, atol=1e-15)
+
+
+def test_fp64_ideal_single_element():
+    one = {k: torch.ones(1, 1, dtype=torch.bfloat16) for k in ("x", "w_g", "w_fc", "dy", "g", "fc")}
+    s = 1 / (1 + math.exp(-1))
+    dg, dfc = s * (1 + (1 - s)), s
+    out = fp64_ideal(one)
+    assert out["dg"].item() == pytest.approx(dg, rel=1e-15)
+    assert out["dfc"].item() == pytest.approx(dfc, rel=1e-15)
+    assert out["dx"].item() == pytest.approx(dg + dfc, rel=1e-15)
+    assert out["dw_fc"].item() == pytest.approx(dfc, rel=1e-15)
+
+
+def test_faithful_rounds_dg_before_the_w_and_x_kernels():
+    inp = tiny_inputs(m=7, k=3, n=5)
+    out = bf16_faithful(inp)
+    for name in out:   # every output of the BF16 path is a BF16 value
+        assert torch.equal(out[name], out[name].to(torch.bfloat16).float()), name
+    dg_stored = out["dg"]                   # already BF16 values
+    dw_expected = (inp["x"].float().t() @ dg_stored).to(torch.bfloat16).float()
+    assert torch.equal(out["dw_g"], dw_expected)
+    # db sums the unrounded FP32 dg (the article's b kernel sums before its store)
+    dg32 = fp64_ideal(inp)["dg"].float()
+    db = dg32.sum(0, keepdim=True).to(torch.bfloat16).float()
+    assert (out["db_g"] - db).abs().max() <= db.abs().max() * 2 ** -8
+
+
+def test_plan_is_data_an_fp16_plan_changes_the_stores():
+    inp = tiny_inputs()
+    fp16_plan = BF16_FAITHFUL.with_store(dg=torch.float16, dfc=torch.float16)
+    out = bf16_faithful(inp, fp16_plan)
+    assert torch.equal(out["dg"], out["dg"].to(torch.float16).float())
+    assert not torch.equal(out["dg"], bf16_faithful(inp)["dg"])
+
+
+@pytest.mark.parametrize("m", [1, 2, 1000, 1024])
+def test_tiled_equals_faithful_within_one_tile(m):
+    """With M <= tile_m every reduction is a single tile: cast(partial) + 0 == the global result."""
+    inp = case_inputs(m)
+    tiled, faithful = tiled_emulation(inp, SAME_PLAN), bf16_faithful(inp)
+    for name in faithful:
+        assert torch.equal(tiled[name], faithful[name]), name
+
+
+def test_tiled_accumulates_partials_in_bf16_in_loop_order():
+    m = 3000  # b: tiles of 1024, 1024, 952 rows; w: 2048, 952
+    inp = case_inputs(m)
+    tiled = tiled_emulation(inp, SAME_PLAN)
+    faithful = bf16_faithful(inp)
+    dg = faithful["dg"]
+    x = inp["x"].float()
+    acc = torch.zeros(1, dg.shape[1], dtype=torch.bfloat16)
+    from goldens.stream import elementwise
+    dg32, _ = elementwise(inp["dy"][:], inp["g"], inp["fc"], BF16_FAITHFUL)
+    for start in range(0, m, 1024):
+        acc = acc + dg32[start:start + 1024].sum(0, keepdim=True).to(torch.bfloat16)
+    assert torch.equal(tiled["db_g"], acc.float())
+    wacc = torch.zeros(x.shape[1], dg.shape[1], dtype=torch.bfloat16)
+    for start in range(0, m, 2048):
+        wacc = wacc + (x[start:start + 2048].t() @ dg[start:start + 2048]).to(torch.bfloat16)
+    assert torch.equal(tiled["dw_g"], wacc.float())
+    assert not torch.equal(tiled["dw_g"], faithful["dw_g"])   # the drift is there at 2 tiles
+
+
+def test_fp32_accumulator_schedule_rounds_once():
+    inp = case_inputs(4097)
+    fp32_acc = TiledSchedule(name="fp32-acc", db_accumulator=torch.float32, dw_accumulator=torch.float32,
+                             plan=BF16_FAITHFUL)
+    tiled, faithful = tiled_emulation(inp, fp32_acc), bf16_faithful(inp)
+    # FP32 partials added in FP32 then rounded once: within 1 BF16 ULP of the global sum
+    for name in ("db_g", "db_fc", "dw_g", "dw_fc"):
+        from accuracy.ulp import ulp_distance
+        assert ulp_distance(tiled[name], faithful[name]).max() <= 1.0, name
+
+
+def test_exp_ratio_sigmoid_overflows_to_nan_where_stable_does_not():
+    inp = tiny_inputs()
+    inp["g"][0, 0] = 100.0
+    article = tiled_emulation(inp, ARTICLE)
+    assert torch.isnan(article["dg"][0, 0]) and torch.isnan(article["db_g"][0, 0])
+    assert torch.isfinite(bf16_faithful(inp)["dg"]).all()
+
+
+@pytest.mark.parametrize("chunk_rows", [2048, 4096, 10240])
+def test_streaming_is_chunk_invariant_for_tile_aligned_chunks(chunk_rows):
+    inp = case_inputs(5000)
+    ref = materialize(inp, ARTICLE, chunk_rows=8192)
+    got = materialize(inp, ARTICLE, chunk_rows=chunk_rows)
+    for name in ref:
+        assert torch.equal(torch.nan_to_num(ref[name]), torch.nan_to_num(got[name])), name
+
+
+def test_stream_never_holds_full_size_float64_rows():
+    """Row outputs come in chunks of at most chunk_rows rows, whatever M."""
+    inp = case_inputs(9000)
+    golden = GoldenPass(inp, {"fp64": FP64_GLOBAL}, chunk_rows=2048)
+    sizes = [b.stop - b.start for b in golden.blocks()]
+    assert max(sizes) == 2048 and sum(sizes) == 9000
+
+
+def test_unknown_rounding_point_is_rejected():
+    with pytest.raises(ValueError, match="unknown rounding points"):
+        RoundingPlan(store={"dq": torch.bfloat16})
