@@ -102,10 +102,28 @@ def _mode(device: torch.device, m: int, k: int, n: int) -> bool:
             f"triton: M*K*N = {m * k * n:.3g} is above the interpreter's limit {_interpreter_limit():.3g} "
             f"(about {m * k * n / 2.7e8:.0f} s in the interpreter); run it on a CUDA device")
     try:
-        import triton  # noqa: F401
+        import triton
     except ImportError as exc:
         raise BackendUnsupported(f"triton is not installed ({exc}); pip install '.[triton]'") from exc
+    if interpret and interpreter_too_old(triton.__version__):
+        raise BackendUnsupported(
+            f"triton {triton.__version__}'s interpreter cannot run these kernels (a runtime loop bound "
+            f"fails with numpy 2: 'only 0-dimensional arrays can be converted to Python scalars'); "
+            f"use triton >= {'.'.join(map(str, MIN_INTERPRETER_TRITON))} (pinned: 3.9.0)")
     return interpret
+
+
+# Seen with triton 3.6.0 (the H200 image's) and numpy 2.x: the interpreter passes a loop
+# bound as a 1-element array and Python's range() rejects it. 3.9.0 runs them.
+MIN_INTERPRETER_TRITON = (3, 9)
+
+
+def interpreter_too_old(version: str) -> bool:
+    parts = []
+    for piece in version.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) < MIN_INTERPRETER_TRITON
 
 
 def run(inputs: dict, schedule: TiledSchedule, *, atomic: bool, blocks: Blocks | None = None) -> dict:

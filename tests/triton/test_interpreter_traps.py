@@ -9,6 +9,8 @@ import pytest
 import torch
 
 triton = pytest.importorskip("triton", reason="triton is not installed (pip install '.[triton]')")
+if not triton.__version__.startswith("3.9."):
+    pytest.skip(f"the traps are pinned for triton 3.9.x; this is {triton.__version__}", allow_module_level=True)
 tl = pytest.importorskip("triton.language")
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
