@@ -11,6 +11,7 @@ import torch
 from goldens.schedule import RoundingPlan, TiledSchedule
 
 ARTICLE = TiledSchedule(
+    name="article",
     tile_m_b=1024, tile_m_w=2048, tile_m_x=1024,
     db_accumulator=torch.bfloat16, dw_accumulator=torch.bfloat16,
     plan=RoundingPlan(sigmoid="exp_ratio"),
@@ -19,6 +20,7 @@ ARTICLE = TiledSchedule(
 # The hardened variant: stable sigmoid and FP32 accumulators for db and dw,
 # rounded to BF16 once after the last tile.
 HARDENED = TiledSchedule(
+    name="hardened",
     tile_m_b=1024, tile_m_w=2048, tile_m_x=1024,
     db_accumulator=torch.float32, dw_accumulator=torch.float32,
     plan=RoundingPlan(sigmoid="stable"),
