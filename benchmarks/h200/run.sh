@@ -41,7 +41,7 @@ step() {   # step NAME TIMEOUT_S CMD...
     local name=$1 limit=$2; shift 2
     local avail; avail=$(left)
     if ((limit > avail - 10)); then limit=$((avail - 10)); fi
-    if ((limit < 20)); then
+    if ((limit < ${MIN_STEP_S:-15})); then
         echo "== $name: skipped, ${avail}s of the budget left" | tee -a "$LOG"
         RC[$name]=skipped; WALL[$name]=0; return
     fi
@@ -56,19 +56,19 @@ step() {   # step NAME TIMEOUT_S CMD...
 step env 30 bash -c "nvidia-smi; $PY -c 'import torch, triton; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"triton\", triton.__version__, torch.cuda.get_device_name(0))'"
 
 # 1. the Triton tests on the GPU: compiled kernels against the independent torch reference
-step tests 120 "$PY" -m pytest tests/triton -q -rs -n 4 -p no:cacheprovider
+step tests 100 "$PY" -m pytest tests/triton -q -rs -n 4 -p no:cacheprovider
 cp "$WORK/tests.txt" "$OUT/tests.txt" 2>/dev/null
 
 # 2. ceilings, kernel times against them, determinism
-step bench 170 "$PY" benchmarks/h200/bench.py --out "$OUT/bench.json"
+step bench 160 "$PY" benchmarks/h200/bench.py --out "$OUT/bench.json"
 
 # 3. the case matrix, three backends in one session (each case's goldens computed once)
 MATRIX_DIR=$WORK/matrix
-step matrix $(($(left) - 25)) "$PY" -m pytest cases/ -q -p no:cacheprovider -n 12 --device cuda --profile full \
+step matrix $(($(left) - 45)) "$PY" -m pytest cases/ -q -p no:cacheprovider -n 12 --device cuda --profile full \
     --backend triton --backend triton-atomic --backend torch-eager --results-dir "$MATRIX_DIR" -rfE --tb=no
 
 # 4. results: merged (from the shards if the matrix was cut short), compressed, summarised
-step summary 20 "$PY" benchmarks/h200/summarize.py --results-dir "$MATRIX_DIR" --out "$OUT"
+MIN_STEP_S=5 step summary 30 "$PY" benchmarks/h200/summarize.py --results-dir "$MATRIX_DIR" --out "$OUT"
 
 WALL_TOTAL=$(($(date +%s) - T0))
 "$PY" - "$OUT/run.json" "$WALL_TOTAL" <<EOF
