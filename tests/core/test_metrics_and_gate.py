@@ -1,0 +1,110 @@
+"""Metrics on known values, the bounds, and the gate's verdicts and messages."""
+import math
+
+import pytest
+import torch
+
+from accuracy.bounds import gamma, order_noise, reduction_bound
+from accuracy.gate import AccuracyError, assert_accurate, verdict
+from accuracy.metrics import ErrorStats
+from accuracy.tolerances import SEED_ATOL, SEED_RTOL, Tolerance
+from goldens.schedule import FAITHFUL_GLOBAL
+from kernels.pypto.schedule import ARTICLE
+
+TOL = Tolerance(SEED_RTOL, SEED_ATOL)
+
+
+def stats(actual, expected, tol=TOL, **kw):
+    a, b = torch.tensor(actual, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64)
+    st = ErrorStats(tol, tuple(a.shape))
+    st.update(a, b, **kw)
+    return st.finalize()
+
+
+def test_known_errors_and_their_indices():
+    m = stats([[1.0, 2.0], [3.0, 4.5]], [[1.0, 2.0], [3.0, 4.0]])
+    assert m["max_abs_err"] == 0.5 and m["max_abs_index"] == [1, 1]
+    assert m["max_rel_err"] == pytest.approx(0.125)
+    assert m["mismatches"] == 1 and m["mismatch_fraction"] == 0.25
+    assert m["worst"][0]["index"] == [1, 1] and m["worst"][0]["actual"] == 4.5
+    assert m["ulp_max"] == pytest.approx(0.5 / 2 ** -5)      # ULP of 4.0 is 2^-5
+    assert m["sign_bias"] == 1.0 and m["exact_elements"] == 3
+
+
+def test_zeros_nan_and_inf_are_data_not_exceptions():
+    m = stats([0.0, math.nan, math.nan, math.inf, 1.0], [0.0, math.nan, 1.0, math.inf, -math.inf])
+    nf = m["nonfinite"]
+    assert nf == {"nan_both": 1, "nan_actual_only": 1, "nan_expected_only": 0, "inf_match": 1, "inf_mismatch": 1}
+    assert m["mismatches"] == 2 and m["nonfinite_disagreements"] == 2
+
+
+def test_empty_input_never_raises():
+    st = ErrorStats(TOL, (0, 3))
+    st.update(torch.zeros(0, 3), torch.zeros(0, 3))
+    assert st.finalize()["mismatches"] == 0
+
+
+def test_cosine_and_sign_bias():
+    m = stats([1.0, 2.0, 3.0], [1.1, 2.1, 3.1])
+    assert m["sign_bias"] == -1.0
+    assert 0.99 < m["cosine"] < 1.0
+
+
+def test_magnitude_aware_atol_and_vacuity():
+    small = [1e-5, -2e-5, 3e-5]
+    zeros = stats([0.0, 0.0, 0.0], small)
+    assert zeros["zero_passes_seed_gate"] and zeros["mismatches_seed_gate"] == 0   # the article's gate: vacuous
+    assert zeros["atol_capped"] and zeros["atol_effective"] == pytest.approx(SEED_RTOL * math.sqrt(sum(v * v for v in small) / 3))
+    assert zeros["mismatches"] == 3                                                 # ours: caught
+    big = stats([1.0, 2.0], [1.0, 2.0])
+    assert not big["atol_capped"] and big["atol_effective"] == SEED_ATOL
+
+
+def test_small_value_share():
+    m = stats([0.0] * 4, [1e-5, 1.0, 2.0, 3.0])
+    assert m["small_value_share"] == 0.25 and not m["zero_passes_seed_gate"]
+
+
+def test_gamma():
+    assert gamma(10, 2.0 ** -24) == pytest.approx(10 * 2 ** -24 / (1 - 10 * 2 ** -24))
+    assert gamma(256, 2.0 ** -8) == math.inf
+
+
+def test_reduction_bound_holds_for_an_fp32_sum():
+    gen = torch.Generator().manual_seed(1)
+    terms = torch.randn(20000, 64, generator=gen, dtype=torch.float64)
+    exact = terms.sum(0)
+    computed = terms.float().cumsum(0)[-1].double()          # recursive FP32 summation, the worst order
+    bound = reduction_bound(terms.abs().sum(0), exact, length=20000, sched=FAITHFUL_GLOBAL, kernel="b",
+                            inputs_stored=None, output=None)
+    assert ((computed - exact).abs() <= bound).all()
+    # the probabilistic allowance is far below the worst case and still covers a correctly rounded pairwise sum
+    pairwise = terms.float().sum(0).double()
+    assert ((pairwise - exact).abs() <= order_noise(terms.abs().sum(0), length=20000, math=torch.float32)).all()
+
+
+def test_bf16_accumulation_across_tiles_widens_the_bound():
+    s = torch.ones(1, 4)
+    one_tile = reduction_bound(s, s, length=1024, sched=ARTICLE, kernel="b", inputs_stored=None, output="db")
+    many = reduction_bound(s, s, length=220000, sched=ARTICLE, kernel="b", inputs_stored=None, output="db")
+    assert (many > one_tile * 10).all()
+
+
+def test_failure_message_reads_like_assert_close_and_locates_the_error():
+    m = stats([[1.0, 2.0], [3.0, 4.5]], [[1.0, 2.0], [3.0, 4.0]])
+    v = verdict("dx", "faithful", m, case="M2-K2-N2-unit-s0", backend="my.pkg:kern")
+    assert not v.passed
+    for text in ("Accuracy gate failed: case M2-K2-N2-unit-s0, backend 'my.pkg:kern', output 'dx' vs golden 'faithful'",
+                 "Mismatched elements: 1 / 4 (25%)",
+                 "Greatest absolute difference: 0.5 at index (1, 1)",
+                 "Greatest relative difference: 0.125 at index (1, 1) (up to 0.0078125 allowed)",
+                 "Worst element (1, 1): kernel 4.5, golden 4"):
+        assert text in v.message, (text, v.message)
+    with pytest.raises(AccuracyError, match="Mismatched elements: 1 / 4"):
+        assert_accurate({"dx": v})
+
+
+def test_message_says_when_the_articles_gate_would_pass_zeros():
+    m = stats([0.0, 0.0, 0.0], [1e-5, -2e-5, 3e-5])
+    v = verdict("dw_g", "faithful", m, case="c", backend="b")
+    assert "capped to" in v.message and "would PASS" in v.message and "all-zero output" in v.message
