@@ -76,7 +76,8 @@ def test_wrong_kernel_is_caught_where_the_bug_lives(kernel, spec, must_fail, whe
     verdicts = outcome.verdicts[kernel.__name__]
     failed = {o for o, v in verdicts.items() if not v.passed}
     assert must_fail <= failed, (must_fail - failed, {o: v.message for o, v in verdicts.items()})
-    assert all(v.passed for v in outcome.verdicts["torch-eager"].values())   # no false alarm beside it
+    if spec.scale != "tiny":   # torch-eager's own BF16 GEMM fails at the tiny profile (cases/expectations/torch.toml)
+        assert all(v.passed for v in outcome.verdicts["torch-eager"].values())   # no false alarm beside it
     if where:
         output, in_place = where
         row = outcome.comparison["backends"][kernel.__name__][output]["faithful"]["max_excess_index"][0]
