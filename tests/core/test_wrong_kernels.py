@@ -66,7 +66,8 @@ WRONG = [
     # more precise FP16 values and dx moves by more than the gate allows
     (fp16_stores, CaseSpec(3000, 96, 200, "seed", 0), {"dx"}, None),
     # at the tiny profile FP16 underflows (its smallest subnormal is 6e-8): everything collapses
-    (fp16_stores, CaseSpec(1025, 96, 200, "tiny", 0), {"dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx"}, None),
+    # (db sums the FP32 dg before the store, so it stays right)
+    (fp16_stores, CaseSpec(1025, 96, 200, "tiny", 0), {"dg", "dfc", "dw_g", "dw_fc", "dx"}, None),
 ]
 
 
