@@ -1,0 +1,251 @@
+"""PNG plots of the report (matplotlib, Agg backend: no display needed).
+
+Every function takes the data from ``reports.data`` / ``reports.tiledrift`` and
+a path, writes one PNG and returns nothing; none of them reads records itself.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
+
+from reports.data import SEED_ATOL, SEED_RTOL, SOURCES, AttributionRow, Detail, DriftPanel, VacuityRow  # noqa: E402
+
+DPI = 80
+GOLDEN_STYLE = {"fp64": ("#1f77b4", "vs FP64"), "faithful": ("#2ca02c", "vs faithful (gated)"),
+                "tiled": ("#d62728", "vs tiled emulation")}
+SOURCE_COLOR = {"storage": "#8c8c8c", "tile_order": "#ff7f0e", "kernel": "#9467bd"}
+SOURCE_LABEL = {"storage": "BF16 storage (faithful - FP64)", "tile_order": "tile order (tiled - faithful)",
+                "kernel": "kernel (kernel - tiled)"}
+TAB = plt.get_cmap("tab10")
+
+plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "legend.fontsize": 7.5, "figure.dpi": DPI})
+
+
+def _save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=DPI, format="png")
+    plt.close(fig)
+
+
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+# --------------------------------------------------------------------------- histograms
+
+def histograms(detail: Detail, edges: dict, path: Path) -> None:
+    """log10 |error| and BF16 ULP distance of one backend x output, summed over its cases."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
+    plotted = [False, False]
+    for g, h in detail.hist.items():
+        color, label = GOLDEN_STYLE.get(g, ("k", g))
+        lab = f"{label} ({h['cases']} cases)"
+        le, counts = edges.get("log10_abs_err"), h.get("log10_abs_err")
+        if counts and le and len(le) == len(counts) + 1 and sum(counts):
+            lo = next(i for i, c in enumerate(counts) if c)
+            hi = len(counts) - next(i for i, c in enumerate(reversed(counts)) if c)
+            ax1.stairs(counts[lo:hi], le[lo:hi + 1], color=color, label=lab + f", {h['exact']} exact")
+            plotted[0] = True
+        ue, counts = edges.get("ulp"), h.get("ulp")
+        if counts and ue and len(ue) == len(counts) + 1 and sum(counts):
+            e = [v if math.isfinite(v) else 2 * ue[-2] for v in ue]
+            hi = len(counts) - next(i for i, c in enumerate(reversed(counts)) if c)
+            ax2.stairs(counts[:hi], e[:hi + 1], color=color, label=lab)
+            plotted[1] = True
+    ax1.set_xlabel("log10 |kernel - golden| (exact elements not shown)")
+    ax1.set_ylabel("elements")
+    ax1.set_title("absolute error")
+    ax2.set_xscale("symlog", linthresh=1, linscale=0.6)
+    ax2.set_xlabel("BF16 ULP distance (of the golden's binade); last bin = beyond 2^16")
+    ax2.set_title("ULP distance")
+    for ax, ok in zip((ax1, ax2), plotted):
+        if ok:
+            ax.set_yscale("log")
+            ax.legend(loc="upper right")
+        else:
+            ax.text(0.5, 0.5, "no finite errors recorded", ha="center", va="center", transform=ax.transAxes)
+    fig.suptitle(_short(f"{detail.backend} — {detail.output}", 90))
+    fig.tight_layout()
+    _save(fig, path)
+
+
+# --------------------------------------------------------------------------- attribution
+
+def attribution(rows: Sequence[AttributionRow], backend: str, path: Path) -> None:
+    """Per output: mean share of each source (left) and the max abs error of each source (right)."""
+    outputs = [r.output for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
+    x = range(len(rows))
+    bottom = [0.0] * len(rows)
+    for s in SOURCES:
+        vals = [r.mean_share.get(s, 0.0) for r in rows]
+        ax1.bar(x, vals, bottom=bottom, color=SOURCE_COLOR[s], label=SOURCE_LABEL[s])
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax1.set_xticks(list(x), outputs)
+    ax1.set_ylim(0, 1.0)
+    ax1.set_ylabel("mean share over cases")
+    ax1.set_title("share of the error vs FP64, by source")
+    ax1.legend(loc="lower left", fontsize=7)
+    width = 0.27
+    any_pos = False
+    for i, s in enumerate(SOURCES):
+        vals = [r.max_part.get(s) for r in rows]
+        pos = [(j + (i - 1) * width, v) for j, v in enumerate(vals) if v is not None and v > 0]
+        if pos:
+            any_pos = True
+            ax2.bar([p[0] for p in pos], [p[1] for p in pos], width, color=SOURCE_COLOR[s], label=SOURCE_LABEL[s])
+    tot = [(j, r.max_total_vs_fp64) for j, r in enumerate(rows) if r.max_total_vs_fp64]
+    if tot:
+        ax2.scatter([t[0] for t in tot], [t[1] for t in tot], marker="_", s=400, color="k", zorder=3,
+                    label="kernel vs FP64 (max abs)")
+    if any_pos or tot:
+        ax2.set_yscale("log")
+    ax2.set_xticks(list(x), outputs)
+    ax2.set_ylabel("max abs error, max over cases")
+    ax2.set_title("size of each source")
+    fig.suptitle(_short(f"error attribution — {backend}", 90))
+    fig.tight_layout()
+    _save(fig, path)
+
+
+# --------------------------------------------------------------------------- drift vs M
+
+def _style(series, colors: dict):
+    if series.kind == "tile_order":
+        return dict(color="#ff7f0e", lw=2.2, marker="o", ls="-", zorder=5, ms=7, mfc="none", mew=2)
+    if series.kind == "storage":
+        return dict(color="#8c8c8c", lw=1.2, marker=".", ls=":")
+    c = colors.setdefault(series.source, TAB(len(colors) % 10))
+    if series.kind == "bound":
+        return dict(color=c, lw=1.0, ls="--", marker=None, alpha=0.8)
+    return dict(color=c, lw=1.4, marker="s" if series.reference == "global" else "^",
+                ls="-" if series.reference == "global" else "-.", ms=4)
+
+
+def drift(panels: Sequence[DriftPanel], title: str, tile_rows: int | None, path: Path) -> None:
+    """Max abs error vs M (log-log), one subplot per scale profile; top axis: tiles of ``tile_rows``."""
+    n = len(panels)
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.5 * rows + 0.9), squeeze=False)
+    colors: dict = {}
+    handles = {}
+    for ax, panel in zip(axes.flat, panels):
+        notes = []
+        for s in panel.series:
+            st = _style(s, colors)
+            if s.points:
+                (line,) = ax.plot([p[0] for p in s.points], [p[1] for p in s.points], label=s.label, **st)
+                handles.setdefault(s.label, line)
+            if s.nonfinite and s.kind != "bound":
+                notes.append(f"NaN/Inf: {_short(s.source, 24)} at M={','.join(map(str, s.nonfinite[:4]))}"
+                             + ("…" if len(s.nonfinite) > 4 else ""))
+            if s.zeros and s.kind in ("tile_order", "backend"):
+                notes.append(f"exact: {_short(s.source, 24)}{'' if s.reference == 'global' else ' vs FP64'} "
+                             f"at M={','.join(map(str, s.zeros[:4]))}" + ("…" if len(s.zeros) > 4 else ""))
+        ax.set_xscale("log")
+        if ax.lines:
+            ax.set_yscale("log")
+        ax.set_title(f"{panel.scale} scale")
+        ax.set_xlabel("M (rows)")
+        ax.set_ylabel("max abs error")
+        ax.grid(True, which="major", alpha=0.3)
+        if tile_rows:
+            top = ax.secondary_xaxis("top", functions=(lambda m, t=tile_rows: m / t, lambda k, t=tile_rows: k * t))
+            top.set_xlabel(f"tiles of {tile_rows} rows", fontsize=8)
+            top.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            top.xaxis.set_minor_formatter(NullFormatter())
+        if notes:
+            ax.text(0.02, 0.02, "\n".join(notes[:4]), transform=ax.transAxes, fontsize=6.5, va="bottom",
+                    bbox=dict(facecolor="white", alpha=0.8, lw=0))
+        if not ax.lines:
+            ax.text(0.5, 0.5, "no finite non-zero errors", ha="center", va="center", transform=ax.transAxes)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle(title)
+    if handles:
+        fig.legend(list(handles.values()), [_short(h, 70) for h in handles], loc="lower center",
+                   ncol=min(3, len(handles)), fontsize=7.5, frameon=False)
+    fig.tight_layout(rect=(0, 0.03 + 0.025 * math.ceil(len(handles) / 3), 1, 1))
+    _save(fig, path)
+
+
+# --------------------------------------------------------------------------- per-tile heatmap
+
+def heatmap(td, path: Path) -> None:
+    """Tile x column-block heatmap of log10 max |acc - S| per output, and per-tile max drift vs bound."""
+    outputs = [o for o in ("db_g", "db_fc", "dw_g", "dw_fc") if td.drift.get(o)]
+    fig, axes = plt.subplots(2, len(outputs), figsize=(3.6 * len(outputs), 7.2), squeeze=False)
+    for j, o in enumerate(outputs):
+        data = [[v if v > 0 else float("nan") for v in row] for row in td.drift[o]]
+        flat = [v for row in data for v in row if v == v and math.isfinite(v)]
+        ax = axes[0][j]
+        if flat:
+            im = ax.imshow(data, aspect="auto", origin="lower", interpolation="nearest", cmap="viridis",
+                           norm=LogNorm(vmin=min(flat), vmax=max(flat)),
+                           extent=(-0.5, len(data[0]) - 0.5, 0.5, len(data) + 0.5))
+            fig.colorbar(im, ax=ax, label="max |acc - S| in block")
+        else:
+            ax.text(0.5, 0.5, "no drift (exact)", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(f"{o}: tiles of {td.tile_rows.get(o)} rows")
+        ax.set_xlabel(f"column block ({td.block} columns{', all K rows' if o.startswith('dw') else ''})")
+        ax.set_ylabel("after tile")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax2 = axes[1][j]
+        t = list(range(1, len(td.max_drift[o]) + 1))
+        for vals, label, st in ((td.max_drift[o], "max |drift|", dict(color="#d62728")),
+                                (td.mean_drift[o], "mean |drift|", dict(color="#ff7f0e", ls=":")),
+                                (td.max_bound[o], "bound (max over elements)", dict(color="k", ls="--"))):
+            pts = [(a, b) for a, b in zip(t, vals) if b and b > 0 and math.isfinite(b)]
+            if pts:
+                ax2.plot([p[0] for p in pts], [p[1] for p in pts], label=label, marker=".", **st)
+        if ax2.lines:
+            ax2.set_yscale("log")
+            ax2.legend(fontsize=7)
+        util = [u for u in td.utilisation[o] if u == u]
+        if util:
+            ax2.set_title(f"max drift / bound: {max(util):.2g}", fontsize=9)
+        ax2.set_xlabel("tile index (1 = first)")
+        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax2.set_ylabel("|BF16 running value - FP32 running sum|")
+        ax2.grid(True, alpha=0.3)
+    fig.suptitle(_short(f"where the drift accumulates: {td.schedule} schedule, case {td.case}", 110))
+    fig.tight_layout()
+    _save(fig, path)
+
+
+# --------------------------------------------------------------------------- gate vacuity
+
+def vacuity(rows: Sequence[VacuityRow], path: Path) -> None:
+    """max |golden| per case and output against the article's atol: below the line, zeros pass."""
+    fig, ax = plt.subplots(figsize=(10, 3.4))
+    threshold = SEED_ATOL / (1 - SEED_RTOL)
+    any_pt = False
+    for i, r in enumerate(rows):
+        for pts, color, label in ((r.checked, "#2ca02c", "checked (some |golden| > atol)"),
+                                  (r.vacuous, "#d62728", "vacuous (all-zero output passes)")):
+            ys = [mx for _, mx in pts if mx is not None and mx > 0 and math.isfinite(mx)]
+            if ys:
+                any_pt = True
+                jitter = [i + 0.3 * ((k * 0.618) % 1 - 0.5) for k in range(len(ys))]
+                ax.scatter(jitter, ys, s=12, color=color, alpha=0.7, label=label)
+    ax.axhline(threshold, color="k", ls="--", lw=1)
+    ax.text(len(rows) - 0.5, threshold, " atol 1e-4 / (1 - 1/128)", va="bottom", ha="right", fontsize=7.5)
+    if any_pt:
+        ax.set_yscale("log")
+    ax.set_xticks(range(len(rows)), [r.output for r in rows])
+    ax.set_ylabel("max |golden| of a case")
+    ax.set_title("the article's gate (rtol 1/128, atol 1e-4) accepts an all-zero output below the line")
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    if uniq:
+        ax.legend(uniq.values(), uniq.keys(), loc="lower right", fontsize=7.5)
+    fig.tight_layout()
+    _save(fig, path)

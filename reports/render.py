@@ -1,0 +1,244 @@
+"""Render a results directory into one self-contained HTML page with PNG plots.
+
+    render(results_dir, out_dir, baseline=None) -> Path of out_dir/index.html
+
+The page is ``index.html`` plus ``plots/*.png`` next to it, linked relatively:
+no network resource, it works from the file system and moved to another
+machine. HTML comes from a Jinja2 template with autoescaping on, so every
+string from the results (case ids, backend import paths) is escaped.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from reports import data as D
+
+TEMPLATES = Path(__file__).parent / "templates"
+PLOTS = "plots"
+CACHE = ".cache"
+CACHE_VERSION = 1
+
+
+# --------------------------------------------------------------------------- loading
+
+def load(results: str | os.PathLike) -> list[dict]:
+    """Records of a results directory (results.json, else the newest run's shards) or of a JSON file."""
+    from accuracy.results import load_records
+    path = Path(results)
+    if path.is_file():
+        payload = json.loads(path.read_text())
+        recs = payload.get("records", []) if isinstance(payload, Mapping) else payload
+        return [r for r in recs if isinstance(r, Mapping)]
+    if not path.exists():
+        raise FileNotFoundError(f"results directory {path} does not exist")
+    return [r for r in load_records(path) if isinstance(r, Mapping)]
+
+
+# --------------------------------------------------------------------------- formatting filters
+
+def fmt_num(v, digits: int = 3) -> str:
+    x = D.num(v)
+    if x is None:
+        return "–"
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    if x == int(x) and abs(x) < 1e6:
+        return str(int(x))
+    return f"{x:.{digits}g}"
+
+
+def fmt_pct(v) -> str:
+    x = D.num(v)
+    if x is None:
+        return "–"
+    if x == 0:
+        return "0"
+    return f"{100 * x:.3g}%"
+
+
+def fmt_index(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(str(i) for i in v) + ")"
+    return "–" if v is None else str(v)
+
+
+def environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(default=True),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=fmt_num, pct=fmt_pct, idx=fmt_index)
+    return env
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _edges() -> dict:
+    try:
+        from accuracy.metrics import histogram_edges
+        return histogram_edges()
+    except Exception:   # noqa: BLE001 - the report still renders without histograms
+        return {}
+
+
+def _tile_rows() -> dict[str, int | None]:
+    try:
+        from kernels.pypto.schedule import ARTICLE
+        return {"db": ARTICLE.tile_m_b, "dw": ARTICLE.tile_m_w}
+    except Exception:   # noqa: BLE001
+        return {"db": 1024, "dw": 2048}
+
+
+def _tile_drift(idx: D.Index, out: Path, *, max_m: int, case, block: int, timings: dict):
+    """Replay the article schedule for one case (cached by case x schedule x block in out/.cache)."""
+    from kernels.pypto.schedule import ARTICLE
+    from reports import tiledrift
+    if case is None:
+        spec, why = tiledrift.choose_case(idx.case_list(), max_m=max_m, schedule=ARTICLE)
+        if spec is None:
+            return None, why
+    else:
+        spec, why = case, "chosen by the caller"
+    cache = out / CACHE / f"tile-drift-{D.slug(spec.id, ARTICLE, block, CACHE_VERSION)}.json"
+    if cache.exists():
+        try:
+            td = tiledrift.TileDrift.from_json(json.loads(cache.read_text()))
+            timings["tile drift replay (cached)"] = 0.0
+            return td, why
+        except Exception:   # noqa: BLE001 - a stale cache is recomputed
+            pass
+    t0 = time.perf_counter()
+    td = tiledrift.replay(spec, ARTICLE, block=block)
+    timings["tile drift replay"] = time.perf_counter() - t0
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    _write_text_atomic(cache, json.dumps(td.to_json()))
+    return td, why
+
+
+# --------------------------------------------------------------------------- render
+
+def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline: str | os.PathLike | None = None,
+           *, heatmap: bool = True, heatmap_max_m: int = 32768, heatmap_case=None, heatmap_block: int = 64,
+           title: str = "SwiGLU backward: accuracy report") -> Path:
+    """Render ``results_dir`` (a results directory or a results JSON file) into ``out_dir/index.html``
+    (+ ``out_dir/plots/*.png``); ``baseline``: a previous results directory to diff against.
+    ``heatmap``: replay the article schedule for one case (``heatmap_case``, a ``CaseSpec``, or the
+    largest suitable case in the results, re-created at ``heatmap_max_m`` rows when needed)."""
+    t_start, cpu_start = time.perf_counter(), time.process_time()
+    timings: dict[str, float] = {}
+    out = Path(out_dir)
+    plots = out / PLOTS
+    plots.mkdir(parents=True, exist_ok=True)
+    for old in plots.glob("*.png"):
+        old.unlink()
+
+    t0 = time.perf_counter()
+    records = load(results_dir)
+    idx = D.index(records)
+    cells = D.verdict_cells(idx)
+    counts = D.status_counts(cells, idx.backends)
+    details = D.details(idx)
+    attribution = D.attribution_split(idx)
+    vac_rows, vac_table = D.vacuity(idx)
+    panels = D.drift_panels(idx)
+    diff = None
+    if baseline is not None:
+        diff = D.baseline_diff(idx, D.index(load(baseline)))
+    timings["data"] = time.perf_counter() - t0
+
+    from reports import plots as P
+    t0, c0 = time.perf_counter(), time.process_time()
+    images: dict[str, str] = {}
+
+    def img(name: str) -> str:
+        rel = f"{PLOTS}/{name}.png"
+        images[name] = rel
+        return rel
+
+    edges = _edges()
+    hist_img = {}
+    for d in details:
+        name = "hist-" + D.slug(d.backend, d.output)
+        P.histograms(d, edges, out / img(name))
+        hist_img[d.anchor] = images[name]
+    att_img = {}
+    for backend in idx.backends:
+        rows = [r for r in attribution if r.backend == backend]
+        if rows:
+            name = "attribution-" + D.slug(backend)
+            P.attribution(rows, backend, out / img(name))
+            att_img[backend] = images[name]
+    vac_img = None
+    if any(r.cases for r in vac_rows):
+        P.vacuity(vac_rows, out / img("vacuity"))
+        vac_img = images["vacuity"]
+    tiles = _tile_rows()
+    drift_imgs = []
+    by_fig: dict[tuple, list] = {}
+    for p in panels:
+        by_fig.setdefault((p.output, p.k, p.n), []).append(p)
+    for (output, k, n), ps in by_fig.items():
+        name = "drift-" + D.slug(output, k, n)
+        tile = tiles["db" if output.startswith("db") else "dw"]
+        P.drift(ps, f"{output} at K={k}, N={n}: error vs M, per scale profile (max over seeds)", tile,
+                out / img(name))
+        drift_imgs.append({"output": output, "k": k, "n": n, "src": images[name]})
+    timings["plots"] = time.perf_counter() - t0
+    timings["plots CPU"] = time.process_time() - c0
+
+    td, td_why, td_img = None, "", None
+    if heatmap:
+        try:
+            td, td_why = _tile_drift(idx, out, max_m=heatmap_max_m, case=heatmap_case, block=heatmap_block,
+                                     timings=timings)
+            if td is not None:
+                t0 = time.perf_counter()
+                P.heatmap(td, out / img("tile-drift-heatmap"))
+                td_img = images["tile-drift-heatmap"]
+                timings["heatmap plot"] = time.perf_counter() - t0
+        except Exception as exc:   # noqa: BLE001 - the rest of the page is still worth having
+            td, td_why = None, f"tile drift replay failed: {type(exc).__name__}: {exc}"
+
+    skipped = [{"case": idx.cases[c], "backend": b, "status": str(r.get("status", "error")),
+                "message": str(r.get("message", "")), "anchor": D.row_anchor(c, b, "*")}
+               for (c, b), r in sorted(idx.cell_status.items(), key=lambda kv: (idx.cases[kv[0][0]].sort_key, kv[0][1]))]
+
+    t0 = time.perf_counter()
+    env = environment()
+    html = env.get_template("report.html.j2").render(
+        title=title, results_dir=str(results_dir), baseline_dir=None if baseline is None else str(baseline),
+        generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), n_records=idx.n_records,
+        cases=idx.case_list(), backends=idx.backends, outputs=idx.outputs, cells=cells, counts=counts,
+        details=details, hist_img=hist_img, attribution=attribution, att_img=att_img,
+        vac_rows=vac_rows, vac_table=vac_table, vac_img=vac_img, drift_imgs=drift_imgs, panels=panels,
+        td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.SEED_RTOL,
+        seed_atol=D.SEED_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
+        sources=D.SOURCES, timings=timings, tiles=tiles)
+    timings["html"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_start
+    timings["total CPU"] = time.process_time() - cpu_start
+    html = html.replace("@@RENDER_SECONDS@@", f"{timings['total']:.1f}")
+    path = out / "index.html"
+    _write_text_atomic(path, html)
+    return path
