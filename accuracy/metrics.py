@@ -12,12 +12,13 @@ import math
 import torch
 
 from accuracy.tolerances import Tolerance
-from accuracy.ulp import ulp_distance
+from accuracy.ulp import bf16_spacing
 
 WORST_K = 8
 # Positive "excess" values (|err| - rtol|golden|) kept to count mismatches exactly at an atol
 # known only after the last chunk; 4M float32 = 16 MiB. Beyond it the count becomes a range.
 EXCESS_CAP = 1 << 22
+HIST_SAMPLE = 1 << 20
 # ULP histogram: 1/8-ULP bins up to 16 ULP, then 8 bins per octave up to 2^16 ULP.
 ULP_EDGES = torch.cat([torch.arange(0, 16, 0.125, dtype=torch.float64),
                        torch.exp2(torch.arange(4, 16.001, 0.125, dtype=torch.float64)),
@@ -67,6 +68,8 @@ class ErrorStats:
         self.n_pos = self.n_neg = 0
         self.dot = self.sq_a = self.sq_b = 0.0
         self.n_golden_finite = 0
+        self.sq_b_pairs = 0.0
+        self.hist_weight = 0
         self.n_zero_passes = 0      # |golden| small enough that 0 passes the seed gate
         self.max_golden = 0.0
         self.ulp_hist = torch.zeros(len(ULP_EDGES) - 1, dtype=torch.int64)
@@ -87,110 +90,135 @@ class ErrorStats:
         |golden| + rounded_terms, since each rounding point can flip once and a flip at a
         product moves the result by the product's ULP.
         ``order_noise``: per element, the summation-order allowance of a reduction (see
-        ``accuracy.bounds.order_noise``), added to the tolerance."""
+        ``accuracy.bounds.order_noise``), added to the tolerance.
+
+        Element-wise work runs in FP32 (the kernel's BF16 values are exact there; an FP64
+        golden rounded to FP32 moves by 2^-24 relative, 2^16 times below a BF16 ULP), about
+        35 passes over the chunk; sums of squares are scaled so subnormal outputs do not
+        underflow. The two histograms come from a systematic sample of at most 2^20
+        elements per update; every max, count and the worst elements are exact."""
         if actual.numel() == 0:
             return
         width = actual.shape[-1] if actual.dim() > 1 else 1
-        a = actual.double().reshape(-1)
-        b = expected.double().reshape(-1).to(a.device)
+        a = actual.reshape(-1).float()
+        b64 = expected.reshape(-1).to(a.device)
+        b = b64.float()
         self.n += a.numel()
         rtol, seed_atol = self.tol.rtol, self.tol.atol
-
-        nf = self.nonfinite
-        if bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all()):
-            fa, fb, pos, b_fin = a, b, None, b           # the common case: no masks, no copies
+        err = a - b
+        pos = None
+        if not bool(torch.isfinite(err).all()):
+            pos, a, b, b64, b_finite = self._split_nonfinite(a, b, b64)
+            err = a - b
         else:
-            a_nan, b_nan = torch.isnan(a), torch.isnan(b)
-            a_inf, b_inf = torch.isinf(a), torch.isinf(b)
-            nf["nan_both"] += int((a_nan & b_nan).sum())
-            nf["nan_actual_only"] += int((a_nan & ~b_nan).sum())
-            nf["nan_expected_only"] += int((b_nan & ~a_nan).sum())
-            inf_any = (a_inf | b_inf) & ~a_nan & ~b_nan
-            inf_match = inf_any & (a == b)
-            nf["inf_match"] += int(inf_match.sum())
-            nf["inf_mismatch"] += int((inf_any & ~inf_match).sum())
-            finite = torch.isfinite(a) & torch.isfinite(b)
-            fa, fb = a[finite], b[finite]
-            pos = torch.nonzero(finite).squeeze(1)
-            b_fin = b[torch.isfinite(b)]
-        self.n_compared += fa.numel()
-        self.sq_b += float(torch.dot(b_fin, b_fin))
-        self.n_golden_finite += b_fin.numel()
-        abs_b_fin = b_fin.abs()
-        self.n_zero_passes += int(torch.count_nonzero(abs_b_fin * (1 - rtol) <= seed_atol))
-        if b_fin.numel():
-            self.max_golden = max(self.max_golden, float(abs_b_fin.max()))
-        if fa.numel() == 0:
+            b_finite = b
+        abs_b_fin = b_finite.abs()
+        self._golden_sums(abs_b_fin)
+        self.n_zero_passes += int(torch.count_nonzero(abs_b_fin <= seed_atol / (1 - rtol)))
+        self.n_compared += a.numel()
+        if a.numel() == 0:
             return
+        abs_b = abs_b_fin if pos is None else b.abs()
 
         def select(t: torch.Tensor) -> torch.Tensor:
-            t = t.double().reshape(-1).to(a.device)
+            t = t.reshape(-1).to(a.device).float()
             return t if pos is None else t[pos]
 
         def flat(i: int) -> int:
             return i if pos is None else int(pos[i])
-
-        err = fa - fb
-        abs_err = err.abs()
-        rel = abs_err / fb.abs()   # inf where golden is 0 and err > 0, NaN where both 0
-        rel = torch.where(abs_err == 0, torch.zeros_like(rel), rel)
-        scale = fb.abs() if pos is not None else abs_b_fin
-        if rounded_terms is not None:
-            scale = scale + select(rounded_terms)
-        excess = abs_err - rtol * scale
-        if order_noise is not None:
-            noise = select(order_noise)
-            excess = excess - noise
-            self.order_noise_seen = True
-            ratio = torch.where(abs_err == 0, torch.zeros_like(abs_err), abs_err / noise)
-            self.max_noise_ratio = max(self.max_noise_ratio, float(ratio.max()))
-        ulp = ulp_distance(fa, fb)
 
         def track(current, values):
             i = int(torch.argmax(values))
             v = float(values[i])
             return (v, _index(flat(i), row_offset, width)) if v > current[0] else current
 
+        abs_err = err.abs()
+        scale = abs_b if rounded_terms is None else abs_b + select(rounded_terms)
+        excess = torch.add(abs_err, scale, alpha=-rtol)
+        if order_noise is not None:
+            noise = select(order_noise)
+            excess -= noise
+            self.order_noise_seen = True
+            ratio = (abs_err / noise).nan_to_num_(nan=0.0)
+            self.max_noise_ratio = max(self.max_noise_ratio, float(ratio.max()))
+        rel = (abs_err / abs_b).nan_to_num_(nan=0.0)      # inf where the golden is 0 and the error is not
+        ulp = abs_err / bf16_spacing(b)
+
         self.max_abs = track(self.max_abs, abs_err)
         self.max_rel = track(self.max_rel, rel)
         self.max_excess = track(self.max_excess, excess)
         self.max_ulp = track(self.max_ulp, ulp)
-        positive = excess[excess > 0]
-        self.n_excess_positive += positive.numel()
-        self.n_over_seed += int((excess > seed_atol).sum())
+        over = excess > 0
+        n_over = int(torch.count_nonzero(over))
+        self.n_excess_positive += n_over
+        self.n_over_seed += int(torch.count_nonzero(excess > seed_atol))
         kept = sum(t.numel() for t in self.excess_kept)
-        if positive.numel() and kept < EXCESS_CAP:
-            self.excess_kept.append(positive[: EXCESS_CAP - kept].float().cpu())
+        if n_over and kept < EXCESS_CAP:
+            self.excess_kept.append(excess[over][: EXCESS_CAP - kept].cpu())
 
-        k = min(WORST_K, excess.numel())
-        top = torch.topk(excess, k)
+        top = torch.topk(excess, min(WORST_K, excess.numel()))
         for v, i in zip(top.values.tolist(), top.indices.tolist()):
-            self.worst.append({"index": _index(flat(i), row_offset, width), "actual": float(fa[i]),
-                               "expected": float(fb[i]), "abs_err": float(abs_err[i]), "rel_err": float(rel[i]),
+            self.worst.append({"index": _index(flat(i), row_offset, width), "actual": float(a[i]),
+                               "expected": float(b64[i]), "abs_err": float(abs_err[i]), "rel_err": float(rel[i]),
                                "ulp": float(ulp[i]), "excess": v})
         self.worst = sorted(self.worst, key=lambda w: -w["excess"])[:WORST_K]
 
-        self.sum_err += float(err.sum())
-        self.sum_abs_err += float(abs_err.sum())
-        self.n_pos += int(torch.count_nonzero(err > 0))
-        self.n_neg += int(torch.count_nonzero(err < 0))
-        self.dot += float(torch.dot(fa, fb))
-        self.sq_a += float(torch.dot(fa, fa))
-        self.ulp_hist += _histogram(ulp, ULP_EDGES).cpu()
-        exact = int(torch.count_nonzero(abs_err == 0))
-        self.n_exact += exact
-        # zeros land in the first bin through the clamp; take them out again
-        log_hist = _histogram(torch.log10(abs_err.clamp(min=1e-300)), LOG10_EDGES).cpu()
-        log_hist[0] -= exact
-        self.log10_hist += log_hist
+        self.sum_err += float(err.sum(dtype=torch.float64))
+        self.sum_abs_err += float(abs_err.sum(dtype=torch.float64))
+        sign = torch.sign(err)
+        signed = int(torch.count_nonzero(sign))
+        balance = int(sign.sum(dtype=torch.float64))
+        self.n_pos += (signed + balance) // 2
+        self.n_neg += (signed - balance) // 2
+        self.n_exact += a.numel() - signed
+        peak = float(torch.maximum(a.abs().max(), abs_b.max()))
+        if peak > 0 and math.isfinite(peak):
+            sa, sb = a / peak, b / peak
+            self.dot += float(torch.dot(sa, sb)) * peak * peak
+            self.sq_a += float(torch.dot(sa, sa)) * peak * peak
+            self.sq_b_pairs += float(torch.dot(sb, sb)) * peak * peak
+
+        step = max(1, a.numel() // HIST_SAMPLE)
+        sample_ulp, sample_err = ulp[::step].double(), abs_err[::step].double()
+        self.hist_weight += step * sample_ulp.numel()
+        self.ulp_hist += _histogram(sample_ulp, ULP_EDGES).cpu() * step
+        log_hist = _histogram(torch.log10(sample_err.clamp(min=1e-300)), LOG10_EDGES).cpu()
+        log_hist[0] -= int(torch.count_nonzero(sample_err == 0))   # zeros went to the first bin through the clamp
+        self.log10_hist += log_hist * step
 
         if bound is not None:
             self.bound_seen = True
             bd = select(bound)
-            util = torch.where(abs_err == 0, torch.zeros_like(abs_err), abs_err / bd)
+            util = (abs_err / bd).nan_to_num_(nan=0.0)
             self.max_util = track(self.max_util, util)
-            self.n_over_bound += int((util > 1).sum())
-            self.sum_bound += float(bd.sum())
+            self.n_over_bound += int(torch.count_nonzero(util > 1))
+            self.sum_bound += float(bd.sum(dtype=torch.float64))
+
+    def _split_nonfinite(self, a, b, b64):
+        """The rare path: count NaN/Inf (dis)agreements, keep the finite pairs."""
+        nf = self.nonfinite
+        a_nan, b_nan = torch.isnan(a), torch.isnan(b)
+        a_inf, b_inf = torch.isinf(a), torch.isinf(b)
+        nf["nan_both"] += int((a_nan & b_nan).sum())
+        nf["nan_actual_only"] += int((a_nan & ~b_nan).sum())
+        nf["nan_expected_only"] += int((b_nan & ~a_nan).sum())
+        inf_any = (a_inf | b_inf) & ~a_nan & ~b_nan
+        inf_match = inf_any & (a == b)
+        nf["inf_match"] += int(inf_match.sum())
+        nf["inf_mismatch"] += int((inf_any & ~inf_match).sum())
+        pos = torch.nonzero(torch.isfinite(a) & torch.isfinite(b)).squeeze(1)
+        return pos, a[pos], b[pos], b64[pos], b[torch.isfinite(b)]
+
+    def _golden_sums(self, abs_b: torch.Tensor) -> None:
+        """Sum of squares of the finite golden, scaled so that subnormal values do not underflow."""
+        self.n_golden_finite += abs_b.numel()
+        if abs_b.numel() == 0:
+            return
+        peak = float(abs_b.max())
+        self.max_golden = max(self.max_golden, peak)
+        if peak > 0:
+            scaled = abs_b / peak
+            self.sq_b += float(torch.dot(scaled, scaled)) * peak * peak
 
     def finalize(self) -> dict:
         tol = self.tol
@@ -201,7 +229,7 @@ class ErrorStats:
         nonfinite_bad = (self.nonfinite["nan_actual_only"] + self.nonfinite["nan_expected_only"]
                          + self.nonfinite["inf_mismatch"])
         mismatches = int((kept > atol_eff).sum()) + nonfinite_bad
-        norm = math.sqrt(self.sq_a * self.sq_b)
+        norm = math.sqrt(self.sq_a * self.sq_b_pairs)
         signed = self.n_pos + self.n_neg
         return {
             "shape": self.shape, "numel": self.n, "compared": self.n_compared,
@@ -227,7 +255,7 @@ class ErrorStats:
             "log10_abs_err_hist": self.log10_hist.tolist(), "exact_elements": self.n_exact,
             "sign_bias": (self.n_pos - self.n_neg) / signed if signed else 0.0,
             "mean_err_over_mean_abs_err": self.sum_err / self.sum_abs_err if self.sum_abs_err else 0.0,
-            "cosine": self.dot / norm if norm > 0 else (1.0 if self.sq_a == self.sq_b == 0 else 0.0),
+            "cosine": self.dot / norm if norm > 0 else (1.0 if self.sq_a == self.sq_b_pairs == 0 else 0.0),
             "small_value_share": self.n_zero_passes / self.n if self.n else 0.0,
             "zero_passes_seed_gate": self.n > 0 and self.n_zero_passes == self.n,
             "order_noise_max_ratio": self.max_noise_ratio if self.order_noise_seen else None,

@@ -17,11 +17,11 @@ MIN_NORMAL_EXP = -126      # smallest normal binade, as in FP32
 
 
 def bf16_spacing(v: torch.Tensor) -> torch.Tensor:
-    """Gap between BF16 neighbours at |v| (the ULP of v's binade), float64; inf at inf."""
-    v = v.double()
+    """Gap between BF16 neighbours at |v| (the ULP of v's binade), in v's float dtype; inf at inf."""
+    v = v if v.dtype in (torch.float32, torch.float64) else v.double()
     _, exp = torch.frexp(v)                     # |v| = m * 2^exp with m in [0.5, 1); exp = 0 at v = 0
     exp = torch.where(v == 0, MIN_NORMAL_EXP, exp - 1).clamp(min=MIN_NORMAL_EXP)  # floor(log2 |v|)
-    spacing = torch.ldexp(torch.ones_like(v, dtype=torch.float64), exp - MANTISSA_BITS)
+    spacing = torch.ldexp(torch.ones_like(v), exp - MANTISSA_BITS)
     return torch.where(torch.isinf(v), torch.full_like(spacing, float("inf")), spacing)
 
 

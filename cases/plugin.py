@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-DEFAULT_BACKENDS = ("torch-eager",)
+DEFAULT_BACKENDS = ("pypto", "torch-eager")   # the operator under test beside PyTorch's own
 
 
 def pytest_addoption(parser):
@@ -28,6 +28,10 @@ def pytest_addoption(parser):
     group.addoption("--seeds", type=int, default=1, metavar="N", help="run each case over N seeds")
     group.addoption("--results-dir", default="results", metavar="DIR",
                     help="where per-worker JSON shards and the merged results.json go (default: results)")
+    group.addoption("--report-dir", default=None, metavar="DIR",
+                    help="write the HTML report (index.html + PNG plots) of this session's results here")
+    group.addoption("--baseline", default=None, metavar="DIR",
+                    help="a previous --results-dir: the report lists new/fixed failures and worse metrics")
     group.addoption("--device", default="cpu", help="device the inputs, backends and goldens run on (cpu, cuda)")
     group.addoption("--chunk-rows", type=int, default=8192, metavar="N",
                     help="rows per streaming chunk of the goldens (memory vs. speed)")
@@ -120,15 +124,27 @@ def pytest_sessionfinish(session, exitstatus):
     if shards.exists():
         from accuracy.results import merge
         config.stash[MERGED] = merge(shards, Path(config.getoption("--results-dir")) / "results.json")
+        report_dir = config.getoption("--report-dir")
+        if report_dir:
+            try:
+                from reports import render
+                config.stash[REPORT] = str(render(config.getoption("--results-dir"), report_dir,
+                                                  baseline=config.getoption("--baseline")))
+            except Exception as exc:   # the verdicts stand; say loudly that the page is missing
+                config.stash[REPORT] = f"FAILED to render the report: {type(exc).__name__}: {exc}"
         for old in shards.parent.iterdir():
             if old != shards:
                 shutil.rmtree(old, ignore_errors=True)
 
 
 MERGED = pytest.StashKey[Path]()
+REPORT = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     path = config.stash.get(MERGED, None)
     if path is not None:
         terminalreporter.write_sep("-", f"accuracy results: {path}")
+    report = config.stash.get(REPORT, None)
+    if report is not None:
+        terminalreporter.write_sep("-", f"accuracy report: {report}")

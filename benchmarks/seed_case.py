@@ -1,0 +1,140 @@
+"""Benchmark: the goldens and the comparison at the article's case (M=220000, K=512, N=1024).
+
+Prints, per golden layer and for the whole comparison (all three layers, metrics and
+bounds against one backend's outputs): wall time, peak RSS, and the ratio to this
+machine's own roofline measured in the same run:
+
+    roofline = matmul FLOPs / measured matmul rate (per dtype) + bytes / measured copy bandwidth
+
+Each stage runs in its own process so its peak RSS is its own (inputs included; for
+compare, the backend's outputs too).
+
+    python benchmarks/seed_case.py                 # the article's case
+    python benchmarks/seed_case.py --m 32768       # a smaller M for a quick look
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+STAGES = ("fp64", "faithful", "tiled", "compare")
+DTYPE_BYTES = {torch.float64: 8, torch.float32: 4, torch.bfloat16: 2}
+
+
+def measure_matmul(dtype: torch.dtype, n: int = 2048, repeats: int = 3) -> float:
+    """FLOP/s of an n x n x n matmul in dtype (best of repeats)."""
+    a = torch.randn(n, n, generator=torch.Generator().manual_seed(0)).to(dtype)
+    b = a.t().contiguous()
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+def measure_copy(nbytes: int = 1 << 29, repeats: int = 3) -> float:
+    """Bytes/s moved by a large tensor copy (read + write counted)."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t)
+    return 2 * nbytes / best
+
+
+def work(stage: str, m: int, k: int, n: int) -> dict:
+    """FLOPs per math dtype and bytes of the ideal single-pass implementation of a stage."""
+    mm = 2 * m * k * n                     # one of the four [M,K]x[K,N]-sized products
+    layers = {"fp64": torch.float64, "faithful": torch.float32, "tiled": torch.float32}
+    flops: dict = {}
+    nbytes = 0
+    for layer, dtype in layers.items():
+        if stage not in (layer, "compare"):
+            continue
+        # dx (2 products) + dw (2 products); the tiled layer shares dx with the faithful one
+        count = 2 if (layer == "tiled" and stage == "compare") else 4
+        flops[dtype] = flops.get(dtype, 0) + count * mm
+        s = DTYPE_BYTES[dtype]
+        nbytes += 2 * (3 * m * n + m * k) + s * (2 * m * n + m * k)   # read BF16 inputs, write dg, dfc, dx
+    if stage == "compare":
+        flops[torch.float32] += 4 * mm                               # sums of |terms| for the bounds
+        # every comparison reads the kernel's rows and a golden's rows once: 3 goldens x (dg, dfc, dx)
+        nbytes += 3 * (2 + 8) * (2 * m * n + m * k)
+    return {"flops": flops, "bytes": nbytes}
+
+
+def run_stage(stage: str, m: int, k: int, n: int) -> dict:
+    from accuracy.compare import compare_case
+    from cases.spec import CaseSpec, make_inputs
+    from goldens.schedule import FAITHFUL_GLOBAL, FP64_GLOBAL
+    from goldens.stream import GoldenPass
+    from kernels.pypto.schedule import ARTICLE
+    from kernels.torch_autograd import TORCH_BF16, torch_eager
+
+    inputs = make_inputs(CaseSpec(m, k, n, "seed", 0))
+    start = time.perf_counter()
+    if stage == "compare":
+        outputs = torch_eager(**inputs)
+        backend_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        compare_case(inputs, {"torch-eager": outputs}, {"torch-eager": TORCH_BF16})
+    else:
+        backend_seconds = None
+        layer = {"fp64": FP64_GLOBAL, "faithful": FAITHFUL_GLOBAL, "tiled": ARTICLE}[stage]
+        golden = GoldenPass(inputs, {stage: layer})
+        for _ in golden.blocks():
+            pass
+    seconds = time.perf_counter() - start
+    return {"stage": stage, "seconds": seconds, "backend_seconds": backend_seconds,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--m", type=int, default=220000)
+    parser.add_argument("--k", type=int, default=512)
+    parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.stage:
+        print(json.dumps(run_stage(args.stage, args.m, args.k, args.n)))
+        return
+
+    rates = {dt: measure_matmul(dt) for dt in (torch.float64, torch.float32, torch.bfloat16)}
+    bandwidth = measure_copy()
+    print(f"machine: {torch.get_num_threads()} threads; matmul GFLOP/s "
+          + ", ".join(f"{str(dt).replace('torch.', '')} {r / 1e9:.1f}" for dt, r in rates.items())
+          + f"; copy {bandwidth / 1e9:.1f} GB/s")
+    print(f"case M={args.m} K={args.k} N={args.n}")
+    print(f"{'stage':<10}{'wall s':>9}{'roofline s':>12}{'ratio':>8}{'peak RSS GB':>13}")
+    for stage in STAGES:
+        proc = subprocess.run([sys.executable, __file__, "--stage", stage, "--m", str(args.m), "--k", str(args.k),
+                               "--n", str(args.n)], capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            print(f"{stage:<10} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else proc.returncode}")
+            continue
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        w = work(stage, args.m, args.k, args.n)
+        roof = sum(f / rates[dt] for dt, f in w["flops"].items()) + w["bytes"] / bandwidth
+        extra = f"  (backend torch-eager {result['backend_seconds']:.1f} s, not included)" if result["backend_seconds"] else ""
+        print(f"{stage:<10}{result['seconds']:>9.1f}{roof:>12.1f}{result['seconds'] / roof:>8.2f}"
+              f"{result['peak_rss_gb']:>13.2f}{extra}")
+
+
+if __name__ == "__main__":
+    main()
