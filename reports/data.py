@@ -575,7 +575,7 @@ def baseline_diff(current: Index, baseline: Index) -> BaselineDiff:
         diff.compared_cells += 1
         a, b = cur[key], base[key]
         change = Change(*key, a.golden or b.golden or "", b.status, a.status, anchor=a.anchor)
-        if _failing(a.status) and not _failing(b.status):
+        if a.status in ("fail", "error") and b.status not in ("fail", "error"):
             change.detail = a.message.splitlines()[0] if a.message else ""
             diff.new_failures.append(change)
         elif (b.status in ("fail", "error", "expected_failure") and a.status in ("pass", "unexpected_pass")):

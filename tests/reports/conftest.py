@@ -1,0 +1,66 @@
+"""Real records from the real pipeline (tiny cases), computed once per test session even under
+pytest-xdist (the first worker computes, the others wait on a file lock and read the file)."""
+from __future__ import annotations
+
+import fcntl
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.reports.helpers import HOSTILE, renamed
+
+WRONG = "tests.reports.kernels:wrong_db_g"
+# K, N tiny: the point is the record format and the page, not the numbers
+CASES = ((2, "unit"), (1025, "unit"), (2049, "seed"), (3, "saturating"))
+K, N = 8, 16
+
+
+def _shared(tmp_path_factory, name, make):
+    """Compute ``make()`` (JSON-able) once per session across xdist workers."""
+    root = tmp_path_factory.getbasetemp()
+    if root.name.startswith("popen-gw"):
+        root = root.parent
+    path = root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            path.write_text(json.dumps(make()))
+    return json.loads(path.read_text())
+
+
+def _real_records():
+    from accuracy.results import to_json
+    from cases.evaluate import evaluate_case, golden_records, records_for
+    from cases.spec import CaseSpec
+    from kernels.registry import resolve
+    backends = [resolve("torch-eager"), resolve("tiled-emulation"), resolve(WRONG)]
+    records = []
+    for m, scale in CASES:
+        outcome = evaluate_case(CaseSpec(m, K, N, scale, 0), backends)
+        for b in backends:
+            records += records_for(outcome, b.name)
+        records += golden_records(outcome)
+    return to_json(renamed(records, WRONG, HOSTILE))
+
+
+@pytest.fixture(scope="session")
+def real_records(tmp_path_factory):
+    return _shared(tmp_path_factory, "reports-real-records", _real_records)
+
+
+@pytest.fixture(scope="session")
+def results_dir(tmp_path_factory, real_records):
+    """A results directory holding the real records (as the pytest session writes it)."""
+    d = tmp_path_factory.mktemp("results")
+    (d / "results.json").write_text(json.dumps({"schema": 1, "records": real_records}))
+    return d
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory, results_dir):
+    """The rendered report of the real records (heatmap replay at M=4096, K=8, N=16)."""
+    from reports import render
+    out = tmp_path_factory.mktemp("report")
+    path = render(results_dir, out, heatmap_max_m=4096)
+    return Path(path)
