@@ -44,7 +44,8 @@ def test_cell(cell, request):
     outcome = _outcome(config, spec)
     try:
         def expected(output, golden):
-            return expectations.find(_EXPECTATIONS, backend.name, spec.id, output, golden)
+            return expectations.find(_EXPECTATIONS, backend.name, spec.id, output, golden,
+                                     config.getoption("--device"))
 
         records = records_for(outcome, backend.name, expected)
         write_cell(shard_dir(config), _worker(config), f"{spec.id}--{backend.name}", records)

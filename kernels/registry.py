@@ -16,6 +16,7 @@ BACKENDS: dict[str, str] = {
     "pypto-hardened": "kernels.pypto.backend:pypto_hardened",
     "triton": "kernels.triton.backend:triton_deterministic",
     "triton-atomic": "kernels.triton.backend:triton_atomic",
+    "triton-article": "kernels.triton.backend:triton_article",
     "tiled-emulation": "goldens.as_backend:tiled_emulation",
 }
 
