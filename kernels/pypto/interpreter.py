@@ -268,7 +268,6 @@ def load_calculator(root: Path | None = None) -> tuple[Path, bool]:
 
 # --------------------------------------------------------------------------- running a kernel
 
-_STOP_AT_TENSOR_GRAPH = os.environ.get("SWIGLU_PYPTO_FULL_COMPILE", "0") != "1"
 _HUGE_TOL = [3.0e38, 3.0e38]  # the interpreter compares against "goldens"; we only want its outputs
 
 
@@ -316,9 +315,6 @@ def run(kernel, *tensors: torch.Tensor) -> None:
                         pass_verify_save_tensor_dir=str(dump_dir),
                         pass_verify_pass_filter=["no_verify"],
                         pass_verify_error_tol=_HUGE_TOL)
-                    if _STOP_AT_TENSOR_GRAPH:
-                        # the interpreter runs on the tensor graph; skip tiling, scheduling, codegen
-                        pypto.set_host_options(compile_stage=pypto.CompStage.TENSOR_GRAPH)
                     pypto_impl.DeviceInit()
                     kernel.compile(pto_tensors)
             finally:
@@ -338,6 +334,7 @@ def run(kernel, *tensors: torch.Tensor) -> None:
             if len(raw) != t.numel() * t.element_size():
                 raise RuntimeError(f"interpreter dump {Path(path).name} has {len(raw)} bytes, argument {k} "
                                    f"{tuple(t.shape)} {t.dtype} needs {t.numel() * t.element_size()}")
+            # every argument is dumped; inputs come back bit-identical, outputs with the results
             t.view(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
