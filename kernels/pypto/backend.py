@@ -185,8 +185,8 @@ def _check_cpu_capacity(m: int, k: int, n: int, variant: str) -> None:
     # plus one call's interpreter working set (measured <= 1.4 GB with the default chunks at
     # K=512, N=1024; scaled with the row width and the chunk).
     need = 2 * 2 * (2 * m * n + m * k + 2 * k * n) + (8 * k * n if variant == "hardened" else 0)
-    chunk = max(cpu_chunk_rows(kern, 2048) for kern in ("b", "w", "x"))
-    need += int(1.4e9 * (max(k, n) / 1024) * (chunk / 8192))
+    rows = min(m, max(cpu_chunk_rows(kern, 2048) for kern in ("b", "w", "x")))
+    need += int(1.4e9 * (max(k, n) / 1024) * (rows / 8192))
     avail = _mem_available()
     if avail is not None and need > 0.8 * avail:
         raise BackendUnsupported(
