@@ -24,7 +24,8 @@ GOLDEN_STYLE = {"fp64": ("#1f77b4", "vs FP64"), "faithful": ("#2ca02c", "vs fait
 SOURCE_COLOR = {"storage": "#8c8c8c", "tile_order": "#ff7f0e", "kernel": "#9467bd"}
 SOURCE_LABEL = {"storage": "BF16 storage (faithful - FP64)", "tile_order": "tile order (tiled - faithful)",
                 "kernel": "kernel (kernel - tiled)"}
-TAB = plt.get_cmap("tab10")
+# backend colours: tab10 without orange (the tile-order series) and grey (the storage series)
+PALETTE = [plt.get_cmap("tab10")(i) for i in (0, 2, 3, 4, 5, 6, 8, 9)]
 
 plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "legend.fontsize": 7.5, "figure.dpi": DPI})
 
@@ -72,7 +73,7 @@ def histograms(detail: Detail, edges: dict, path: Path) -> None:
         else:
             ax.text(0.5, 0.5, "no finite errors recorded", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle(_short(f"{detail.backend} — {detail.output}", 90))
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.16, top=0.84, wspace=0.2)   # tight_layout costs a draw
     _save(fig, path)
 
 
@@ -111,7 +112,7 @@ def attribution(rows: Sequence[AttributionRow], backend: str, path: Path) -> Non
     ax2.set_ylabel("max abs error, max over cases")
     ax2.set_title("size of each source")
     fig.suptitle(_short(f"error attribution — {backend}", 90))
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.1, top=0.84, wspace=0.22)
     _save(fig, path)
 
 
@@ -122,7 +123,7 @@ def _style(series, colors: dict):
         return dict(color="#ff7f0e", lw=2.2, marker="o", ls="-", zorder=5, ms=7, mfc="none", mew=2)
     if series.kind == "storage":
         return dict(color="#8c8c8c", lw=1.2, marker=".", ls=":")
-    c = colors.setdefault(series.source, TAB(len(colors) % 10))
+    c = colors.setdefault(series.source, PALETTE[len(colors) % len(PALETTE)])
     if series.kind == "bound":
         return dict(color=c, lw=1.0, ls="--", marker=None, alpha=0.8)
     return dict(color=c, lw=1.4, marker="s" if series.reference == "global" else "^",
@@ -134,7 +135,7 @@ def drift(panels: Sequence[DriftPanel], title: str, tile_rows: int | None, path:
     n = len(panels)
     cols = min(3, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.5 * rows + 0.9), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.5 * rows + 1.1), squeeze=False)
     colors: dict = {}
     handles = {}
     for ax, panel in zip(axes.flat, panels):
@@ -173,7 +174,10 @@ def drift(panels: Sequence[DriftPanel], title: str, tile_rows: int | None, path:
     if handles:
         fig.legend(list(handles.values()), [_short(h, 70) for h in handles], loc="lower center",
                    ncol=min(3, len(handles)), fontsize=7.5, frameon=False)
-    fig.tight_layout(rect=(0, 0.03 + 0.025 * math.ceil(len(handles) / 3), 1, 1))
+    height = fig.get_figheight()
+    legend_in = 0.2 + 0.17 * math.ceil(len(handles) / 3)
+    fig.subplots_adjust(left=0.07, right=0.98, top=1 - 1.05 / height, bottom=(0.5 + legend_in) / height,
+                        hspace=0.75, wspace=0.3)
     _save(fig, path)
 
 
@@ -243,9 +247,24 @@ def vacuity(rows: Sequence[VacuityRow], path: Path) -> None:
     ax.set_xticks(range(len(rows)), [r.output for r in rows])
     ax.set_ylabel("max |golden| of a case")
     ax.set_title("the article's gate (rtol 1/128, atol 1e-4) accepts an all-zero output below the line")
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.1, top=0.9)
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     if uniq:
         ax.legend(uniq.values(), uniq.keys(), loc="lower right", fontsize=7.5)
-    fig.tight_layout()
     _save(fig, path)
+
+
+def _main(argv=None) -> int:
+    """``python -m reports.plots JOBFILE``: run a pickled list of (function, args, path) jobs
+    (the render's plot workers; the job file is written by ``reports.render`` itself)."""
+    import pickle
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    for name, args, path in pickle.loads(Path(argv[0]).read_bytes()):
+        globals()[name](*args, path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

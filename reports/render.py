@@ -136,15 +136,56 @@ def _tile_drift(idx: D.Index, out: Path, *, max_m: int, case, block: int, timing
     return td, why
 
 
+def _plot_job(job) -> None:
+    from reports import plots as P
+    name, args, path = job
+    getattr(P, name)(*args, path)
+
+
+PARALLEL_MIN_JOBS = 12   # below this, starting worker processes costs more than it saves
+
+
+def _run_plot_jobs(jobs: list, processes: int | None) -> int:
+    """Run the plot jobs; returns the number of processes used. In parallel, each worker is a fresh
+    ``python -m reports.plots JOBFILE`` (no fork of a process holding torch's threads, no re-import
+    of the caller's ``__main__``); a chunk whose worker fails is redone here."""
+    if processes is None:
+        processes = min(8, os.cpu_count() or 1) if len(jobs) >= PARALLEL_MIN_JOBS else 1
+    processes = max(1, min(processes, len(jobs)))
+    if processes == 1:
+        for job in jobs:
+            _plot_job(job)
+        return 1
+    import pickle
+    import subprocess
+    import sys
+    order = sorted(jobs, key=lambda j: j[0] != "drift")      # biggest figures first, dealt round-robin
+    chunks = [order[i::processes] for i in range(processes)]
+    with tempfile.TemporaryDirectory(prefix="report-plots-") as tmp:
+        procs = []
+        for i, chunk in enumerate(chunks):
+            job_file = Path(tmp) / f"jobs-{i}.pickle"
+            job_file.write_bytes(pickle.dumps(chunk))
+            procs.append((chunk, subprocess.Popen([sys.executable, "-m", "reports.plots", str(job_file)],
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+        for chunk, proc in procs:
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                for job in chunk:
+                    _plot_job(job)
+    return processes
+
+
 # --------------------------------------------------------------------------- render
 
 def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline: str | os.PathLike | None = None,
            *, heatmap: bool = True, heatmap_max_m: int = 32768, heatmap_case=None, heatmap_block: int = 64,
-           title: str = "SwiGLU backward: accuracy report") -> Path:
+           title: str = "SwiGLU backward: accuracy report", processes: int | None = None) -> Path:
     """Render ``results_dir`` (a results directory or a results JSON file) into ``out_dir/index.html``
     (+ ``out_dir/plots/*.png``); ``baseline``: a previous results directory to diff against.
     ``heatmap``: replay the article schedule for one case (``heatmap_case``, a ``CaseSpec``, or the
-    largest suitable case in the results, re-created at ``heatmap_max_m`` rows when needed)."""
+    largest suitable case in the results, re-created at ``heatmap_max_m`` rows when needed).
+    ``processes``: plot in that many processes (default: up to 8 when there are many plots; 1: serially)."""
     t_start, cpu_start = time.perf_counter(), time.process_time()
     timings: dict[str, float] = {}
     out = Path(out_dir)
@@ -170,6 +211,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     from reports import plots as P
     t0, c0 = time.perf_counter(), time.process_time()
     images: dict[str, str] = {}
+    jobs: list[tuple[str, tuple, Path]] = []    # (plots function, args, path): run serially or in a pool
 
     def img(name: str) -> str:
         rel = f"{PLOTS}/{name}.png"
@@ -180,18 +222,18 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     hist_img = {}
     for d in details:
         name = "hist-" + D.slug(d.backend, d.output)
-        P.histograms(d, edges, out / img(name))
+        jobs.append(("histograms", (d, edges), out / img(name)))
         hist_img[d.anchor] = images[name]
     att_img = {}
     for backend in idx.backends:
         rows = [r for r in attribution if r.backend == backend]
         if rows:
             name = "attribution-" + D.slug(backend)
-            P.attribution(rows, backend, out / img(name))
+            jobs.append(("attribution", (rows, backend), out / img(name)))
             att_img[backend] = images[name]
     vac_img = None
     if any(r.cases for r in vac_rows):
-        P.vacuity(vac_rows, out / img("vacuity"))
+        jobs.append(("vacuity", (vac_rows,), out / img("vacuity")))
         vac_img = images["vacuity"]
     tiles = _tile_rows()
     drift_imgs = []
@@ -201,9 +243,11 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     for (output, k, n), ps in by_fig.items():
         name = "drift-" + D.slug(output, k, n)
         tile = tiles["db" if output.startswith("db") else "dw"]
-        P.drift(ps, f"{output} at K={k}, N={n}: error vs M, per scale profile (max over seeds)", tile,
-                out / img(name))
+        jobs.append(("drift", (ps, f"{output} at K={k}, N={n}: max abs error vs M per scale profile "
+                                  f"(max over seeds)", tile), out / img(name)))
         drift_imgs.append({"output": output, "k": k, "n": n, "src": images[name]})
+    workers = _run_plot_jobs(jobs, processes)
+    timings["plot workers"] = workers
     timings["plots"] = time.perf_counter() - t0
     timings["plots CPU"] = time.process_time() - c0
 

@@ -1,0 +1,114 @@
+"""The rendered page: files, escaping, offline, baseline diff, CLI; from records of the real pipeline."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from reports import render
+from tests.reports.helpers import HOSTILE
+
+pytestmark = pytest.mark.xdist_group("report")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _srcs(html: str) -> list[str]:
+    return re.findall(r'(?:src|href)="([^"]*)"', html)
+
+
+def test_page_and_plots_exist(rendered):
+    html = rendered.read_text()
+    out = rendered.parent
+    imgs = re.findall(r'<img[^>]+src="([^"]+)"', html)
+    assert len(imgs) >= 10
+    for src in imgs:
+        assert not src.startswith(("/", "http:", "https:", "file:")), src     # relative: the page can move
+        data = (out / src).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 1000, src
+    for section in ("matrix", "vacuity", "attribution", "drift", "tile-heatmap", "details"):
+        assert f'id="{section}"' in html
+    assert "tile-drift-heatmap.png" in html                     # the per-tile replay ran
+
+
+def test_no_network_resources(rendered):
+    html = rendered.read_text()
+    for ref in _srcs(html):
+        assert ref.startswith(("#", "plots/", "data:")), ref
+    assert "<script" not in html.replace("&lt;script", "")     # no scripts at all, ours or injected
+    assert not re.search(r"@import|url\(\s*['\"]?https?:", html)
+
+
+def test_hostile_backend_name_is_escaped(rendered, real_records):
+    html = rendered.read_text()
+    assert any(r["backend"] == HOSTILE for r in real_records)
+    assert HOSTILE not in html and "<script>alert" not in html
+    assert "my.pkg:kernel&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;&amp;amp;" in html
+
+
+def test_wrong_kernel_fails_in_the_matrix_and_links_to_its_row(rendered):
+    html = rendered.read_text()
+    # the wrong db_g cell is a failure whose link target exists on the page
+    fails = re.findall(r'<td class="st-fail"><a href="#([^"]+)" title="([^"]+)"', html)
+    db = [a for a, title in fails if "db_g" in title and "kernel&lt;script" in title]
+    assert db, "the 5% wrong db_g of the hostile kernel is not a failed cell"
+    for anchor, _ in fails:
+        assert f'id="{anchor}"' in html
+
+
+def test_saturating_case_shows_nan(rendered):
+    html = rendered.read_text()
+    assert "M3-K8-N16-saturating-s0" in html
+    assert "NaN" in html or "nan" in html.lower()
+
+
+def test_baseline_diff_section(tmp_path, results_dir, real_records):
+    prev = tmp_path / "prev"
+    prev.mkdir()
+    base = json.loads(json.dumps(real_records))
+    # in the baseline, the wrong kernel passed, and torch-eager's dx was 10x more accurate
+    for r in base:
+        if r.get("gated") and r["backend"] == HOSTILE and r["output"] == "db_g":
+            r["status"] = "pass"
+        if r.get("backend") == "torch-eager" and r.get("output") == "dx" and isinstance(r.get("metrics"), dict):
+            err = r["metrics"]["max_abs_err"]
+            if isinstance(err, float) and err > 0:
+                r["metrics"]["max_abs_err"] = err / 10
+    (prev / "results.json").write_text(json.dumps({"schema": 1, "records": base}))
+    path = render(results_dir, tmp_path / "out", baseline=prev, heatmap=False)
+    html = path.read_text()
+    assert 'id="baseline"' in html
+    section = html[html.index('id="baseline"'):]
+    new = section[section.index("New failures"):section.index("Fixed failures")]
+    assert "db_g" in new and "kernel&lt;script" in new
+    worse = section[section.index("Worse beyond noise"):]
+    assert "torch-eager" in worse and "max abs err" in worse
+
+
+def test_cli(tmp_path):
+    from tests.reports.helpers import cell
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.json").write_text(json.dumps({"records": cell(2, "k", "dx", "pass")}))
+    proc = subprocess.run([sys.executable, "-m", "reports", str(results), "-o", str(tmp_path / "cli"),
+                           "--no-heatmap"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "cli" / "index.html").exists()
+    bad = subprocess.run([sys.executable, "-m", "reports", str(tmp_path / "missing"), "-o", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr
+
+
+def test_renders_without_optional_fields(tmp_path):
+    """Old or partial records: no metrics, no case_spec, strings for floats."""
+    recs = [{"case": "M5-K8-N16-unit-s0", "backend": "k", "output": "dx", "golden": "faithful", "gated": True,
+             "status": "fail", "metrics": {"max_abs_err": "inf", "ulp_p99": "nan", "worst": [{"index": None}]}},
+            {"case": "weird", "backend": "k", "output": "*", "golden": "*", "status": "error"},
+            {"backend": "golden:tiled:article", "output": "db_g", "golden": "faithful:faithful", "metrics": None},
+            "not a record"]
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"records": recs}))
+    html = render(f, tmp_path / "out", heatmap=False).read_text()
+    assert "M5-K8-N16-unit-s0" in html and "st-error" in html
