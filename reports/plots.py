@@ -118,6 +118,9 @@ def attribution(rows: Sequence[AttributionRow], backend: str, path: Path) -> Non
 
 # --------------------------------------------------------------------------- drift vs M
 
+_KIND_ORDER = {"tile_order": 0, "storage": 1, "backend": 2, "bound": 3}
+
+
 def _style(series, colors: dict):
     if series.kind == "tile_order":
         return dict(color="#ff7f0e", lw=2.2, marker="o", ls="-", zorder=5, ms=7, mfc="none", mew=2)
@@ -144,7 +147,7 @@ def drift(panels: Sequence[DriftPanel], title: str, tile_rows: int | None, path:
             st = _style(s, colors)
             if s.points:
                 (line,) = ax.plot([p[0] for p in s.points], [p[1] for p in s.points], label=s.label, **st)
-                handles.setdefault(s.label, line)
+                handles.setdefault(s.label, (_KIND_ORDER.get(s.kind, 9), s.source, s.reference, line))
             if s.nonfinite and s.kind != "bound":
                 notes.append(f"NaN/Inf: {_short(s.source, 24)} at M={','.join(map(str, s.nonfinite[:4]))}"
                              + ("…" if len(s.nonfinite) > 4 else ""))
@@ -171,6 +174,8 @@ def drift(panels: Sequence[DriftPanel], title: str, tile_rows: int | None, path:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.suptitle(title)
+    handles = dict(sorted(handles.items(), key=lambda kv: kv[1][:3]))
+    handles = {label: v[3] for label, v in handles.items()}
     if handles:
         fig.legend(list(handles.values()), [_short(h, 70) for h in handles], loc="lower center",
                    ncol=min(3, len(handles)), fontsize=7.5, frameon=False)
