@@ -143,6 +143,7 @@ def _plot_job(job) -> None:
 
 
 PARALLEL_MIN_JOBS = 12   # below this, starting worker processes costs more than it saves
+PARALLEL_MIN_CPUS = 4
 
 
 def _run_plot_jobs(jobs: list, processes: int | None) -> int:
@@ -150,7 +151,9 @@ def _run_plot_jobs(jobs: list, processes: int | None) -> int:
     ``python -m reports.plots JOBFILE`` (no fork of a process holding torch's threads, no re-import
     of the caller's ``__main__``); a chunk whose worker fails is redone here."""
     if processes is None:
-        processes = min(8, os.cpu_count() or 1) if len(jobs) >= PARALLEL_MIN_JOBS else 1
+        cpus = os.cpu_count() or 1
+        # worker start-up (a fresh interpreter importing matplotlib) only pays off with cores to spare
+        processes = min(8, cpus) if len(jobs) >= PARALLEL_MIN_JOBS and cpus >= PARALLEL_MIN_CPUS else 1
     processes = max(1, min(processes, len(jobs)))
     if processes == 1:
         for job in jobs:
@@ -185,7 +188,8 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     (+ ``out_dir/plots/*.png``); ``baseline``: a previous results directory to diff against.
     ``heatmap``: replay the article schedule for one case (``heatmap_case``, a ``CaseSpec``, or the
     largest suitable case in the results, re-created at ``heatmap_max_m`` rows when needed).
-    ``processes``: plot in that many processes (default: up to 8 when there are many plots; 1: serially)."""
+    ``processes``: plot in that many processes (default: up to 8 when there are >= 12 plots and >= 4 CPUs;
+    1: serially)."""
     t_start, cpu_start = time.perf_counter(), time.process_time()
     timings: dict[str, float] = {}
     out = Path(out_dir)

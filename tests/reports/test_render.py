@@ -64,27 +64,25 @@ def test_saturating_case_shows_nan(rendered):
     assert "NaN" in html or "nan" in html.lower()
 
 
-def test_baseline_diff_section(tmp_path, results_dir, real_records):
-    prev = tmp_path / "prev"
-    prev.mkdir()
-    base = json.loads(json.dumps(real_records))
-    # in the baseline, the wrong kernel passed, and torch-eager's dx was 10x more accurate
-    for r in base:
-        if r.get("gated") and r["backend"] == HOSTILE and r["output"] == "db_g":
-            r["status"] = "pass"
-        if r.get("backend") == "torch-eager" and r.get("output") == "dx" and isinstance(r.get("metrics"), dict):
-            err = r["metrics"]["max_abs_err"]
-            if isinstance(err, float) and err > 0:
-                r["metrics"]["max_abs_err"] = err / 10
-    (prev / "results.json").write_text(json.dumps({"schema": 1, "records": base}))
-    path = render(results_dir, tmp_path / "out", baseline=prev, heatmap=False)
+def test_baseline_diff_section(tmp_path):
+    from tests.reports.helpers import cell
+    now = (cell(1, HOSTILE, "db_g", "fail", max_abs_err=0.05) + cell(1, "torch-eager", "dx", "pass", max_abs_err=1e-2)
+           + cell(2, "torch-eager", "dx", "pass"))
+    base = (cell(1, HOSTILE, "db_g", "pass", max_abs_err=1e-4) + cell(1, "torch-eager", "dx", "pass", max_abs_err=1e-3)
+            + cell(2, "torch-eager", "dx", "fail"))
+    for name, recs in (("now", now), ("prev", base)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({"schema": 1, "records": recs}))
+    path = render(tmp_path / "now", tmp_path / "out", baseline=tmp_path / "prev", heatmap=False)
     html = path.read_text()
-    assert 'id="baseline"' in html
+    assert 'id="baseline"' in html and HOSTILE not in html
     section = html[html.index('id="baseline"'):]
     new = section[section.index("New failures"):section.index("Fixed failures")]
     assert "db_g" in new and "kernel&lt;script" in new
+    fixed = section[section.index("Fixed failures"):section.index("Worse beyond noise")]
+    assert "M2-K8-N16-unit-s0" in fixed
     worse = section[section.index("Worse beyond noise"):]
-    assert "torch-eager" in worse and "max abs err" in worse
+    assert "torch-eager" in worse and "max abs err 0.001 -&gt; 0.01 (x10)" in worse
 
 
 def test_cli(tmp_path):
