@@ -133,7 +133,8 @@ def _style(series, colors: dict):
                 ls="-" if series.reference == "global" else "-.", ms=4)
 
 
-def drift(panels: Sequence[DriftPanel], title: str, tile_rows: int | None, path: Path) -> None:
+def drift(panels: Sequence[DriftPanel], title: str, tile_rows: int | None, path: Path,
+          ylabel: str = "max |error| / rms(golden)") -> None:
     """Max abs error vs M (log-log), one subplot per scale profile; top axis: tiles of ``tile_rows``."""
     n = len(panels)
     cols = min(3, n)
@@ -159,7 +160,7 @@ def drift(panels: Sequence[DriftPanel], title: str, tile_rows: int | None, path:
             ax.set_yscale("log")
         ax.set_title(f"{panel.scale} scale")
         ax.set_xlabel("M (rows)")
-        ax.set_ylabel("max abs error")
+        ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
         if tile_rows:
             top = ax.secondary_xaxis("top", functions=(lambda m, t=tile_rows: m / t, lambda k, t=tile_rows: k * t))
@@ -246,7 +247,7 @@ def vacuity(rows: Sequence[VacuityRow], path: Path) -> None:
                 jitter = [i + 0.3 * ((k * 0.618) % 1 - 0.5) for k in range(len(ys))]
                 ax.scatter(jitter, ys, s=12, color=color, alpha=0.7, label=label)
     ax.axhline(threshold, color="k", ls="--", lw=1)
-    ax.text(len(rows) - 0.5, threshold, " atol 1e-4 / (1 - 1/128)", va="bottom", ha="right", fontsize=7.5)
+    ax.text(-0.45, threshold, "atol 1e-4 / (1 - 1/128)", va="bottom", ha="left", fontsize=7.5)
     if any_pt:
         ax.set_yscale("log")
     ax.set_xticks(range(len(rows)), [r.output for r in rows])
@@ -256,7 +257,7 @@ def vacuity(rows: Sequence[VacuityRow], path: Path) -> None:
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     if uniq:
-        ax.legend(uniq.values(), uniq.keys(), loc="lower right", fontsize=7.5)
+        ax.legend(uniq.values(), uniq.keys(), loc="upper right", fontsize=7.5)
     _save(fig, path)
 
 

@@ -247,7 +247,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     for (output, k, n), ps in by_fig.items():
         name = "drift-" + D.slug(output, k, n)
         tile = tiles["db" if output.startswith("db") else "dw"]
-        jobs.append(("drift", (ps, f"{output} at K={k}, N={n}: max abs error vs M per scale profile "
+        jobs.append(("drift", (ps, f"{output} at K={k}, N={n}: max |error| / rms(golden) vs M, per scale profile "
                                   f"(max over seeds)", tile), out / img(name)))
         drift_imgs.append({"output": output, "k": k, "n": n, "src": images[name]})
     workers = _run_plot_jobs(jobs, processes)

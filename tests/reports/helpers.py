@@ -14,6 +14,7 @@ def case_spec(m, k=8, n=16, scale="unit", seed=0):
 def metrics(**values):
     base = {"max_abs_err": 0.0, "max_rel_err": 0.0, "ulp_p50": 0.0, "ulp_p99": 0.0, "ulp_max": 0.0,
             "mismatch_fraction": 0.0, "mismatches": 0, "nonfinite_disagreements": 0, "golden_max_abs": 1.0,
+            "golden_rms": 1.0,
             "zero_passes_seed_gate": False, "atol_capped": False, "bound_mean": None,
             "bound_max_utilisation": None, "worst": [], "ulp_hist": [], "log10_abs_err_hist": [],
             "exact_elements": 0}

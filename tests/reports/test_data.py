@@ -74,6 +74,13 @@ def test_drift_series_from_known_records():
     assert series[("backend", "k", "global")].points == [(1024, 2048e-7), (2048, 4096e-7), (4096, 8192e-7)]
     assert series[("backend", "k", "fp64")].points == [(1024, 3072e-7), (2048, 6144e-7), (4096, 12288e-7)]
     assert series[("bound", "k", "fp64")].points == [(1024, 1024e-6), (2048, 2048e-6), (4096, 4096e-6)]
+    # normalised by rms(golden): the scale of the inputs divides out
+    scaled = [r for r in _drift_records() if r["metrics"]["max_abs_err"] != "nan"]
+    for r in scaled:
+        r["metrics"]["golden_rms"] = 10.0
+    tile_n = D.drift_panels(D.index(scaled))[0].series[0]
+    assert tile_n.points == [(2048, 4e-4)]
+    assert D.drift_panels(D.index(scaled), normalise=False)[0].series[0].points == [(2048, 4e-3)]
     # order: tile order first (drawn on top), bound last
     assert [s.kind for s in panels[0].series][0] == "tile_order" and panels[0].series[-1].kind == "bound"
 
