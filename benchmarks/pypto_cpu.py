@@ -8,7 +8,9 @@ own peak (inputs included; ``base`` is the RSS before the kernel call, after pyp
 the calculator and the inputs are loaded). One call = one recompile (~0.5 s) plus the
 interpretation; the backend calls a kernel once per block of
 ``SWIGLU_PYPTO_CPU_CHUNK_ROWS`` rows (default 8192), which this benchmark reproduces.
-Prints a Markdown table. Timing, not accuracy: run it on an otherwise idle machine.
+Prints a Markdown table: wall time, CPU time (this process + its g++ children; less
+sensitive to other load than wall time), peak RSS. Timing, not accuracy: run it on an
+otherwise idle machine.
 """
 from __future__ import annotations
 
@@ -23,6 +25,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children (g++ on the control flow)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def child(variant: str, kernel: str, m: int, k: int, n: int) -> dict:
@@ -48,6 +56,7 @@ def child(variant: str, kernel: str, m: int, k: int, n: int) -> dict:
     tile = {"b": schedule.tile_m_b, "w": schedule.tile_m_w, "x": schedule.tile_m_x}[kernel]
     step = backend.cpu_chunk_rows(kernel, tile)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    cpu0 = _cpu_seconds()
     t0 = time.perf_counter()
     calls = 0
     for r0 in range(0, m, step):
@@ -55,8 +64,9 @@ def child(variant: str, kernel: str, m: int, k: int, n: int) -> dict:
         interpreter.run(fn, *args)
         calls += 1
     dt = time.perf_counter() - t0
+    cpu = _cpu_seconds() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"variant": variant, "kernel": kernel, "m": m, "k": k, "n": n, "seconds": dt, "calls": calls,
+    return {"variant": variant, "kernel": kernel, "m": m, "k": k, "n": n, "seconds": dt, "cpu_seconds": cpu, "calls": calls,
             "tiles": -(-m // tile), "peak_rss": peak, "base_rss": base}
 
 
@@ -80,19 +90,19 @@ def main(argv=None) -> int:
     chunks = os.environ.get("SWIGLU_PYPTO_CPU_CHUNK_ROWS") or DEFAULT_CHUNK_ROWS
     print(f"PyPTO {'/'.join(args.variant)} kernels on CPU (interpreter), K={args.k}, N={args.n}, "
           f"{os.cpu_count()} cores, rows per call {chunks}, load average {os.getloadavg()[0]:.1f}\n")
-    print("| variant | kernel | M | tiles | calls | time (s) | peak RSS (GB) | kernel's own (GB) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| variant | kernel | M | tiles | calls | wall (s) | CPU (s) | peak RSS (GB) | kernel's own (GB) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for v in args.variant:
         for m in args.m:
             for kern in args.kernel:
                 cmd = [sys.executable, __file__, "--child", v, kern, str(m), str(args.k), str(args.n)]
                 proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
                 if proc.returncode != 0:
-                    print(f"| {v} | {kern} | {m} | - | - | failed: {proc.stderr.strip().splitlines()[-1][:80]} | | |")
+                    print(f"| {v} | {kern} | {m} | - | - | failed: {proc.stderr.strip().splitlines()[-1][:80]} | | | |")
                     continue
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
                 rows.append(row)
-                print(f"| {v} | {kern} | {m} | {row['tiles']} | {row['calls']} | {row['seconds']:.1f} | "
+                print(f"| {v} | {kern} | {m} | {row['tiles']} | {row['calls']} | {row['seconds']:.1f} | {row['cpu_seconds']:.1f} | "
                       f"{row['peak_rss'] / 1e9:.2f} | {(row['peak_rss'] - row['base_rss']) / 1e9:.2f} |", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

@@ -37,10 +37,10 @@ MAX_M_ENV = "SWIGLU_PYPTO_CPU_MAX_M"
 # Rows per interpreter call, per kernel (rounded down to a multiple of the kernel's tile_m,
 # at least one tile; SWIGLU_PYPTO_CPU_CHUNK_ROWS overrides all three). Each call costs
 # ~1.2 s CPU of recompilation (PyPTO's passes + g++ on the control flow); within a call the
-# interpreter's time and memory grow faster than linearly with the tiles it runs (it keeps
-# every tile's intermediates). Measured at M=8192, K=512, N=1024 on 2 cores
-# (benchmarks/pypto_cpu.py): b is fastest one tile per call (7.8 s vs 16.3 s for one call,
-# 0.4 vs 3.0 GB); w and x are fastest with 4096-8192 rows per call.
+# interpreter's memory grows faster than linearly with the tiles it runs (it keeps every
+# tile's intermediates). Measured at M=8192, K=512, N=1024 on 2 shared cores
+# (benchmarks/pypto_cpu.py, docs/pypto.md): b one tile per call 0.85 GB peak vs 3.44 GB in
+# one call, at a similar wall time; w and x are cheapest with 4096-8192 rows per call.
 DEFAULT_CHUNK_ROWS = {"b": 1024, "w": 8192, "x": 4096}
 # Beyond this M the CPU interpreter is refused for time, not memory (the chunks bound the
 # memory): about 2.5 s per 1000 rows at K=512, N=1024 for the three kernels on 2 cores, so
