@@ -30,8 +30,9 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def find_chromium() -> str | None:
+    """``$CHROMIUM`` when set (only it: CHROMIUM=/nonexistent means "no browser"), else the usual paths."""
     env = os.environ.get("CHROMIUM")
-    for path in ((env,) if env else ()) + CHROMIUM_CANDIDATES:
+    for path in (env,) if env else CHROMIUM_CANDIDATES:
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return None

@@ -36,7 +36,9 @@ def _save(fig, path: Path) -> None:
 
 
 def _short(text: str, n: int = 60) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+    """Shortened, and safe for matplotlib text: a "$" from a backend name would start mathtext."""
+    text = str(text) if len(str(text)) <= n else str(text)[: n - 1] + "…"
+    return text.replace("$", r"\$")
 
 
 # --------------------------------------------------------------------------- histograms

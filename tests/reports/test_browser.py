@@ -6,8 +6,7 @@ import pytest
 
 from reports.browser import check_page, find_chromium
 
-pytestmark = [pytest.mark.xdist_group("report"),
-              pytest.mark.skipif(find_chromium() is None,
+pytestmark = [pytest.mark.skipif(find_chromium() is None,
                                  reason="chromium is not installed (/usr/bin/chromium); "
                                         "install it with: apt-get install -y chromium")]
 

@@ -6,12 +6,10 @@ import re
 import subprocess
 import sys
 
-import pytest
 
 from reports import render
 from tests.reports.helpers import HOSTILE
 
-pytestmark = pytest.mark.xdist_group("report")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -110,3 +108,14 @@ def test_renders_without_optional_fields(tmp_path):
     f.write_text(json.dumps({"records": recs}))
     html = render(f, tmp_path / "out", heatmap=False).read_text()
     assert "M5-K8-N16-unit-s0" in html and "st-error" in html
+
+
+def test_names_matplotlib_would_misread(tmp_path):
+    """A "$" in a backend name must not start matplotlib's mathtext (which fails on unbalanced $)."""
+    from tests.reports.helpers import cell
+    name = "pkg.mod:k$1_{x}^$$"
+    recs = cell(2, name, "db_g", "pass", ulp_hist=[1, 2], log10_abs_err_hist=[3])
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text(json.dumps({"records": recs}))
+    html = render(tmp_path / "r", tmp_path / "out", heatmap=False).read_text()
+    assert name in html
