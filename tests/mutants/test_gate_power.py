@@ -56,3 +56,22 @@ def test_benchmark_gate_equals_the_matrix_gate(spec):
             ref = full.comparison["backends"][b][o]["faithful"]
             assert v.passed == full.verdicts[b][o].passed, (b, o)
             assert metrics["mismatches"] == ref["mismatches"] and metrics["ulp_p99"] == ref["ulp_p99"], (b, o)
+
+
+def test_seed_sweep_in_miniature():
+    """The false-alarm study over two seeds other than the kill matrix's seed 0 (the full sweep,
+    200 seeds, is benchmarks/false_alarms.py): every wrong kernel is caught at each seed, and the
+    correct kernels' only failures are known, explained ones, so the seed gate passes them."""
+    fa = _false_alarms()
+    res = fa.study(2, first_seed=1)
+    assert res["seeds"] == 2
+    for name, by_seed in res["catches"].items():
+        assert all(by_seed.values()), f"{name} missed at seeds {[s for s, c in by_seed.items() if not c]}"
+    unexplained = [r for r in res["records"] if r["status"] in ("fail", "error", "unexpected_pass")]
+    assert not unexplained, [r.get("message") for r in unexplained]
+    from accuracy import seed_stats
+    known = {(r["backend"], seed_stats.strip_seed(r["case"]), r["output"])
+             for r in res["records"] if r["status"] == "expected_failure"}
+    groups = seed_stats.summarize(res["records"])["groups"]
+    assert groups and all(g["decision"]["passed"] for key, g in groups.items() if key not in known)
+    assert "| wrong kernel |" in fa.table(res)

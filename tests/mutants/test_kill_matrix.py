@@ -2,7 +2,6 @@
 at the outputs where its bug lives and with its worst element where the bug lives, while the
 correct kernels pass the same cases; and the null kernel (all zeros) fails every output of
 every quick case, including those where the article's own gate would accept it."""
-import math
 
 import pytest
 import torch
