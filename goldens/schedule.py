@@ -47,8 +47,13 @@ class RoundingPlan:
     # db sums dg/dfc as computed ("math", the article's b kernel) or as stored ("stored",
     # a framework that materialises dg in BF16 first, as PyTorch autograd does)
     db_input: str = "math"
+    # dg's multiplication order: "article" = (dy*fc) * (s*(1 + g*(1-s))), the b kernel's;
+    # "torch" = ((dy*fc) * s) * (1 + g*(1-s)), autograd's silu_backward (measured bit for bit)
+    dg_order: str = "article"
 
     def __post_init__(self):
+        if self.dg_order not in ("article", "torch"):
+            raise ValueError(f"dg_order must be 'article' or 'torch', got {self.dg_order!r}")
         if self.db_input not in ("math", "stored"):
             raise ValueError(f"db_input must be 'math' or 'stored', got {self.db_input!r}")
         unknown = set(self.store) - set(ROUNDING_POINTS)

@@ -43,8 +43,11 @@ def elementwise(dy, g, fc, plan: RoundingPlan):
     """dg, dfc in the plan's math dtype, in the article's operation order."""
     dy, g, fc = (t.to(plan.math) for t in (dy, g, fc))
     s = sigmoid(g, plan.sigmoid)
-    silu_bwd = s * (1 + g * (1 - s))
-    dg = round_to(dy * fc, plan.rounding("dy_fc")) * silu_bwd
+    dy_fc = round_to(dy * fc, plan.rounding("dy_fc"))
+    if plan.dg_order == "torch":
+        dg = (dy_fc * s) * (1 + g * (1 - s))
+    else:
+        dg = dy_fc * (s * (1 + g * (1 - s)))
     dfc = dy * round_to(g * s, plan.rounding("silu_g"))
     return dg, dfc
 

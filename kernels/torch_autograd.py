@@ -21,7 +21,7 @@ TORCH_BF16 = TiledSchedule(
     name="torch-bf16", tile_m_b=None, tile_m_w=None, tile_m_x=None,
     db_accumulator=torch.float32, dw_accumulator=torch.float32,
     plan=RoundingPlan(store={**BF16_FAITHFUL.store, "dy_fc": torch.bfloat16, "silu_g": torch.bfloat16,
-                             "dx_product": torch.bfloat16}, db_input="stored"),
+                             "dx_product": torch.bfloat16}, db_input="stored", dg_order="torch"),
 )
 
 # Inductor fuses the elementwise backward into FP32 code that rounds once on store (no
