@@ -65,6 +65,15 @@ def _shard_records(shard_root: Path) -> list[dict]:
     return records
 
 
+def load_manifest(results_dir: str | os.PathLike) -> dict | None:
+    """The run manifest of a results directory or results JSON file (``None`` for results without one)."""
+    path = Path(results_dir)
+    merged = path if path.is_file() else path / "results.json"
+    if merged.exists():
+        return json.loads(merged.read_text()).get("manifest")
+    return None
+
+
 def load_records(results_dir: str | os.PathLike) -> list[dict]:
     """Every record of a results directory: results.json if present, else the newest run's shards."""
     root = Path(results_dir)
@@ -75,8 +84,9 @@ def load_records(results_dir: str | os.PathLike) -> list[dict]:
     return _shard_records(runs[-1]) if runs else []
 
 
-def merge(shard_root: str | os.PathLike, target: str | os.PathLike) -> Path:
-    """Merge one run's shards into ``target`` (sorted for stable diffs)."""
+def merge(shard_root: str | os.PathLike, target: str | os.PathLike, manifest: dict | None = None) -> Path:
+    """Merge one run's shards into ``target`` (sorted for stable diffs), with the run's manifest."""
     path = Path(target)
-    write_atomic(path, {"schema": SCHEMA_VERSION, "records": _shard_records(Path(shard_root))})
+    write_atomic(path, {"schema": SCHEMA_VERSION, "manifest": manifest,
+                        "records": _shard_records(Path(shard_root))})
     return path

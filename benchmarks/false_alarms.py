@@ -36,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from accuracy import seed_stats                                          # noqa: E402
+from accuracy import platform_facts, seed_stats                          # noqa: E402
 from accuracy.bounds import order_noise                                  # noqa: E402
 from accuracy.compare import golden_layers                               # noqa: E402
 from accuracy.gate import Verdict, verdict                               # noqa: E402
@@ -126,6 +126,7 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
     cases = small_cases()
     correct, mutants = correct_backends(), mutant_backends()
     known = expectations.load()
+    facts = platform_facts.measure("cpu")
     records, catches = [], {b.name: {} for b in mutants}
     first_case = {b.name: {} for b in mutants}
     start = time.perf_counter()
@@ -144,9 +145,8 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
                                     "message": res["error"], "case_spec": spec.asdict()})
                     continue
                 for o, (v, mtr) in res["verdicts"].items():
-                    exp = expectations.find(known, b.name, spec.id, o, "faithful")
-                    status = ("expected_failure" if exp and not v.passed else "unexpected_pass" if exp
-                              else "pass" if v.passed else "fail")
+                    status = expectations.judge_output(known, b.name, spec.id, o, "faithful", v.passed, mtr,
+                                                       facts=facts).status
                     rec = {"backend": b.name, "case": spec.id, "case_spec": spec.asdict(), "output": o,
                            "golden": "faithful", "gated": True, "status": status,
                            "metrics": {"ulp_p99": mtr["ulp_p99"], "ulp_max": mtr["ulp_max"],

@@ -67,8 +67,9 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     return outcome
 
 
-def records_for(outcome: CaseOutcome, backend: str, expectations_of=None) -> list[dict]:
-    """Result records of one backend at one case (one per output x golden, or one for a skip/error)."""
+def records_for(outcome: CaseOutcome, backend: str, judge_of=None) -> list[dict]:
+    """Result records of one backend at one case (one per output x golden, or one for a skip/error).
+    ``judge_of(output, golden, passed, metrics)``: the ``cases.expectations.Judgement`` of a gated output."""
     spec = outcome.spec
     base = {"case": spec.id, "case_spec": spec.asdict(), "backend": backend}
     run = outcome.runs.get(backend)
@@ -87,15 +88,19 @@ def records_for(outcome: CaseOutcome, backend: str, expectations_of=None) -> lis
             rec = {**base, "output": output, "golden": golden, "gated": gated, "metrics": m,
                    "seconds": run.seconds, "attribution": attribution[output]}
             if gated:
-                expected = expectations_of(output, golden) if expectations_of else None
-                rec["status"] = ("expected_failure" if expected and not verdict.passed else
-                                 "unexpected_pass" if expected else
-                                 "pass" if verdict.passed else "fail")
+                judgement = judge_of(output, golden, verdict.passed, m) if judge_of else None
+                rec["status"] = judgement.status if judgement else ("pass" if verdict.passed else "fail")
                 rec["vacuous_seed_gate"] = verdict.vacuous_seed_gate
                 rec["atol_capped"] = verdict.atol_capped
                 rec["message"] = verdict.message
-                if expected:
-                    rec["expected_reason"] = expected.reason
+                if judgement is not None:
+                    if judgement.note:
+                        rec["message"] += "\n" + judgement.note
+                    if judgement.entry is not None:
+                        rec["expected_reason"] = judgement.entry.reason
+                        rec["expected_source"] = judgement.entry.source
+                    if judgement.excess:
+                        rec["expected_exceeded"] = [vars(x) for x in judgement.excess]
             else:
                 rec["status"] = "info"
             records.append(rec)

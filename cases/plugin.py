@@ -107,9 +107,29 @@ def run_id(config) -> str:
 RUN_ID = pytest.StashKey[str]()
 
 
+MANIFEST = pytest.StashKey[dict]()
+
+
+def run_manifest(config) -> dict:
+    """The run's manifest (``accuracy.manifest``), built once by the controller and handed to
+    xdist workers, so every cell's expectations are judged on the same measured facts."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "swiglu_manifest" in workerinput:
+        return workerinput["swiglu_manifest"]
+    if MANIFEST not in config.stash:
+        from accuracy.manifest import build
+        config.stash[MANIFEST] = build(config.getoption("--device"))
+    return config.stash[MANIFEST]
+
+
+def platform_facts(config) -> dict:
+    return run_manifest(config)["facts"]
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     node.workerinput["swiglu_run_id"] = run_id(node.config)
+    node.workerinput["swiglu_manifest"] = run_manifest(node.config)
 
 
 def shard_dir(config) -> Path:
@@ -123,7 +143,8 @@ def pytest_sessionfinish(session, exitstatus):
     shards = shard_dir(config)
     if shards.exists():
         from accuracy.results import merge
-        config.stash[MERGED] = merge(shards, Path(config.getoption("--results-dir")) / "results.json")
+        config.stash[MERGED] = merge(shards, Path(config.getoption("--results-dir")) / "results.json",
+                                     manifest=run_manifest(config))
         report_dir = config.getoption("--report-dir")
         if report_dir:
             try:
@@ -142,6 +163,10 @@ REPORT = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    manifest = config.stash.get(MANIFEST, None)
+    if manifest is not None:
+        facts = ", ".join(f"{k}={v}" for k, v in manifest["facts"].items())
+        terminalreporter.write_sep("-", f"platform facts: {facts}")
     path = config.stash.get(MERGED, None)
     if path is not None:
         terminalreporter.write_sep("-", f"accuracy results: {path}")

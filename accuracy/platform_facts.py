@@ -1,0 +1,109 @@
+"""Platform facts a verdict can depend on, measured at the start of a run.
+
+A known failure of a library's BF16 numerics holds on some machines and not on
+others: oneDNN's BF16 GEMM on a CPU with BF16 instructions (avx512_bf16, AMX)
+uses ``vdpbf16ps``/``tdpbf16ps``, which treat subnormal operands as zero and
+flush subnormal products, while on a CPU without them (AVX2, plain AVX-512) it
+converts to FP32 and keeps them (findings 9: torch-eager's dw error at the tiny
+profile is 0.56 x rms on the first kind, 6.5e-7 x rms on the second). The CPU's
+flags say which instructions exist, not which kernel oneDNN picks (it picks by
+shape, and ``ONEDNN_MAX_CPU_ISA`` can lower it), so each fact is measured with
+the operation and the shapes the matrix itself runs, and expectations condition
+on the measured value, never on a machine name or a flag.
+
+Every fact is a bool, or the string ``"shape-dependent"`` when the shapes
+disagree; an expectation conditioned on ``true`` or ``false`` then applies to
+neither, so such a machine shows its failures instead of hiding them.
+Each probe takes a few milliseconds (0.6 s for all on 2 cores).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+SHAPE_DEPENDENT = "shape-dependent"
+
+# (M, K, N) of the matrix's tiny-profile cases whose torch results depend on the
+# GEMM's subnormal handling: M2048-K96-N200 and M1025-K512-N1024.
+PROBE_SHAPES = ((2048, 96, 200), (1025, 512, 1024))
+
+# A GEMM that keeps subnormals errs by at most a BF16 rounding of each result
+# (2^-9 relative, below 0.01 x rms once results near zero, where BF16 is itself
+# subnormal, are counted); one that flushes its operands loses the whole product
+# (error ~ 1 x rms). 0.1 x rms sits an order of magnitude from both.
+FLUSH_ERROR_RMS = 0.1
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator(device="cpu").manual_seed(seed)
+
+
+def _subnormal_bf16(m: int, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A BF16 [m, n] tensor of subnormals (biased exponent 0: value = mantissa x 2^-133),
+    built from its bits, and its mantissas as exact integers: the reference products are
+    computed from the integers and scaled in FP64, so the reference is exact even in a
+    process that flushes subnormals (``torch.set_flush_denormal(True)``)."""
+    mantissa = torch.randint(1, 128, (m, n), generator=gen, dtype=torch.int16)
+    negative = torch.rand(m, n, generator=gen) < 0.5
+    bits = torch.where(negative, mantissa | torch.tensor(-0x8000, dtype=torch.int16), mantissa)
+    signed = torch.where(negative, -mantissa, mantissa)
+    return bits.view(torch.bfloat16), signed.double()
+
+
+def _bf16_in_units(t: torch.Tensor) -> torch.Tensor:
+    """BF16 values in FP64 units of 2^-133, decoded from their bits (a plain conversion
+    would itself flush subnormals in a flushing process)."""
+    bits = t.view(torch.int16).to(torch.int64) & 0xFFFF
+    exponent, fraction = (bits >> 7) & 0xFF, bits & 0x7F
+    magnitude = torch.where(exponent == 0, fraction.double(),
+                            (fraction + 128).double() * torch.pow(2.0, (exponent - 1).double()))
+    return torch.where(bits >= 0x8000, -magnitude, magnitude)
+
+
+def _gemm_error_rms(m: int, k: int, n: int, device: str) -> float:
+    """Max |torch BF16 GEMM - exact| / rms(exact) over autograd's two layouts
+    (``x.t() @ dg`` for dw, ``dg @ w.t()`` for dx), with dg entirely subnormal."""
+    gen = _generator(m * 1_000_003 + k * 1009 + n)
+    x = torch.randn(m, k, generator=gen).bfloat16()
+    w = torch.randn(k, n, generator=gen).bfloat16()
+    dg, dg_mantissa = _subnormal_bf16(m, n, gen)
+    scale = 2.0 ** -133
+    worst = 0.0
+    for got_fn, exact in (
+            (lambda: x.t().to(device) @ dg.to(device), (x.t().double() @ dg_mantissa) * scale),
+            (lambda: dg.to(device) @ w.t().to(device), (dg_mantissa @ w.t().double()) * scale)):
+        got_units = _bf16_in_units(got_fn().cpu())
+        exact_units = exact / scale
+        rms = float(exact_units.pow(2).mean().sqrt())
+        worst = max(worst, float((got_units - exact_units).abs().max()) / rms)
+    return worst
+
+
+def bf16_gemm_keeps_subnormals(device: str = "cpu") -> bool | str:
+    """Does torch's BF16 matmul on ``device`` keep subnormal operands and products?"""
+    kept = {_gemm_error_rms(m, k, n, device) < FLUSH_ERROR_RMS for m, k, n in PROBE_SHAPES}
+    return kept.pop() if len(kept) == 1 else SHAPE_DEPENDENT
+
+
+def fp32_keeps_subnormals(device: str = "cpu") -> bool:
+    """Does FP32 arithmetic on ``device`` keep subnormals (no flush-to-zero / denormals-are-zero)?
+    ``torch.set_flush_denormal(True)`` on a CPU turns this false for the whole process."""
+    tiny = torch.tensor([2.0 ** -140], dtype=torch.float32, device=device)
+    return bool((tiny * 1.5).item() != 0.0)
+
+
+FACTS: dict[str, Callable[[str], bool | str]] = {
+    "bf16_gemm_keeps_subnormals": bf16_gemm_keeps_subnormals,
+    "fp32_keeps_subnormals": fp32_keeps_subnormals,
+}
+# The values each fact can take, so a test can feed the expectation logic every one.
+FACT_VALUES: dict[str, tuple] = {
+    "bf16_gemm_keeps_subnormals": (True, False, SHAPE_DEPENDENT),
+    "fp32_keeps_subnormals": (True, False),
+}
+
+
+def measure(device: str = "cpu") -> dict[str, bool | str]:
+    """Every fact on ``device``, in a fixed order."""
+    return {name: probe(device) for name, probe in FACTS.items()}
