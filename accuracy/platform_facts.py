@@ -18,7 +18,8 @@ Each probe takes a few milliseconds (0.6 s for all on 2 cores).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -87,10 +88,32 @@ def bf16_gemm_keeps_subnormals(device: str = "cpu") -> bool | str:
 
 
 def fp32_keeps_subnormals(device: str = "cpu") -> bool:
-    """Does FP32 arithmetic on ``device`` keep subnormals (no flush-to-zero / denormals-are-zero)?
-    ``torch.set_flush_denormal(True)`` on a CPU turns this false for the whole process."""
-    tiny = torch.tensor([2.0 ** -140], dtype=torch.float32, device=device)
-    return bool((tiny * 1.5).item() != 0.0)
+    """Does FP32 arithmetic on ``device`` keep subnormals (no flush-to-zero / denormals-are-zero),
+    on the calling thread and on torch's worker threads alike? ``torch.set_flush_denormal(True)``
+    sets FTZ/DAZ on the calling thread, and worker threads created while it is set inherit it
+    and keep it after it is unset (measured: a pool started under it flushes for the rest of the
+    process), so both a scalar and a parallel op (2^18 elements, above torch's grain of 2^15) are probed."""
+    scalar = torch.tensor([2.0 ** -140], dtype=torch.float32, device=device)
+    parallel = torch.full((1 << 18,), 2.0 ** -140, dtype=torch.float32, device=device)
+    return bool((scalar * 1.5).item() != 0.0) and bool(((parallel * 1.5) != 0).all())
+
+
+@contextlib.contextmanager
+def flushing_subnormals() -> Iterator[None]:
+    """FTZ+DAZ on the calling thread alone, torch single-threaded inside: the semantics of a
+    BF16-ISA dot product, for emulation and tests. Worker threads are started first, outside the
+    region, since threads started under FTZ/DAZ would keep it after it is unset."""
+    torch.ones(1 << 20).sum()          # start torch's worker threads with a clean FP environment
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    if not torch.set_flush_denormal(True):
+        torch.set_num_threads(threads)
+        raise RuntimeError("this CPU cannot set flush-to-zero / denormals-are-zero (torch.set_flush_denormal)")
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(threads)
 
 
 FACTS: dict[str, Callable[[str], bool | str]] = {

@@ -22,7 +22,6 @@ an emulation: the run of that branch on real BF16 hardware is what confirms it
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
@@ -41,14 +40,10 @@ EMULATION = ("BF16 GEMMs under FTZ+DAZ (torch.set_flush_denormal), as vdpbf16ps/
              "benchmarks/bf16_isa_emulation.py")
 
 
-@contextlib.contextmanager
-def flushing():
-    if not torch.set_flush_denormal(True):
-        raise RuntimeError("this CPU cannot flush denormals (no SSE3 FTZ/DAZ): the emulation needs it")
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(False)
+def _check_goldens_unflushed() -> None:
+    if not platform_facts.fp32_keeps_subnormals("cpu"):
+        raise RuntimeError("FP32 arithmetic flushes subnormals outside the emulated GEMMs: the goldens of "
+                           "this run are not trustworthy")
 
 
 def with_flushing_gemm(backend: Backend) -> Backend:
@@ -56,7 +51,7 @@ def with_flushing_gemm(backend: Backend) -> Backend:
     def fn(*, x, w_g, w_fc, dy, g, fc):
         out = dict(backend.fn(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc))
         dg, dfc = out["dg"], out["dfc"]
-        with flushing():
+        with platform_facts.flushing_subnormals():
             out["dw_g"], out["dw_fc"] = x.t() @ dg, x.t() @ dfc
             out["dx"] = dg @ w_g.t() + dfc @ w_fc.t()
         return out
@@ -65,7 +60,7 @@ def with_flushing_gemm(backend: Backend) -> Backend:
 
 def emulated_facts(device: str) -> dict:
     facts = platform_facts.measure(device)
-    with flushing():
+    with platform_facts.flushing_subnormals():
         facts["bf16_gemm_keeps_subnormals"] = platform_facts.bf16_gemm_keeps_subnormals(device)
     return facts
 
@@ -81,6 +76,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     backends = [with_flushing_gemm(resolve(n)) for n in (args.backend or ["torch-eager", "torch-compile"])]
     cases = [c for c in PROFILES[args.profile](args.seeds) if c.m < LARGE_M and c.scale == args.scale]
+    _check_goldens_unflushed()
     manifest = run_manifest.build("cpu", facts=emulated_facts("cpu"))
     manifest["emulation"] = EMULATION
     records = []
@@ -92,6 +88,7 @@ def main(argv=None) -> int:
             records += recs
             failed = sorted({r["output"] for r in recs if r.get("gated") and r["status"] == "fail"})
             print(f"{spec.id} {b.name}: {'fails ' + ', '.join(failed) if failed else 'passes'}")
+        _check_goldens_unflushed()
     out = Path(args.results_dir).resolve() / "results.json"
     write_atomic(out, {"schema": SCHEMA_VERSION, "manifest": manifest, "records": records})
     print(f"facts {manifest['facts']}\nwrote {out}")

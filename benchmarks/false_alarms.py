@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from accuracy import platform_facts, seed_stats                          # noqa: E402
 from accuracy.bounds import order_noise                                  # noqa: E402
-from accuracy.compare import golden_layers                               # noqa: E402
+from accuracy.compare import ABS_SUMS_PLAN, golden_layers                              # noqa: E402
 from accuracy.gate import Verdict, verdict                               # noqa: E402
 from accuracy.metrics import ErrorStats                                  # noqa: E402
 from accuracy.results import to_json                                     # noqa: E402
@@ -82,9 +82,7 @@ def faithful_verdicts(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, 
     shapes = output_shapes(m, k, n)
     names = {b: golden_layers(s)["faithful"] for b, s in schedules.items()}
     layers = {names[b]: faithful_schedule(s.plan) for b, s in schedules.items()}
-    # the abs sums (for the order allowance) follow the first schedule's plan, as in compare_case
-    abs_plan = faithful_schedule(next(iter(schedules.values())).plan).plan
-    golden = GoldenPass(inputs, layers, chunk_rows=chunk_rows, abs_sums=True, abs_plan=abs_plan)
+    golden = GoldenPass(inputs, layers, chunk_rows=chunk_rows, abs_sums=True, abs_plan=ABS_SUMS_PLAN)
     stats = {b: {o: ErrorStats(TOLERANCES[o], shapes[o]) for o in OUTPUT_NAMES} for b in outputs}
     for block in golden.blocks():
         for o in ROW_OUTPUTS:

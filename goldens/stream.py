@@ -10,9 +10,15 @@ All three layers are the same computation under a different ``TiledSchedule``:
 Rows are processed in chunks (8192 by default: 8192 x 1024 float64 is 64 MiB),
 so the M=220000 case never holds a full-size float64 [M, N] tensor. Row-local
 outputs (dg, dfc, dx) are yielded chunk by chunk; reductions (db, dw) are
-complete after the last chunk. Each chunk is cut at the tile boundaries of every
-schedule sharing a rounding plan, so one partial matmul per segment serves the
-global and the tiled accumulations alike.
+complete after the last chunk.
+
+Reductions are canonical: every layer sums its rows in aligned blocks of
+``REDUCTION_BLOCK`` rows (one FP32 matmul or sum per block), added block by block
+in row order, so a golden's bits depend on its own schedule alone, never on the
+other layers in the pass or on ``chunk_rows`` (rounded up to a multiple of the
+block). A schedule whose tile is a multiple of the block (the article's 1024 and
+2048) sums its tile from the same block partials; any other tile gets its own
+cuts (its own matmuls), so it cannot move anyone else's golden either.
 """
 from __future__ import annotations
 
@@ -24,6 +30,9 @@ import torch
 from goldens.schedule import RoundingPlan, TiledSchedule
 
 DEFAULT_CHUNK_ROWS = 8192
+# 1024 rows: the b and x kernels' tile and a divisor of the w kernel's (2048), so the tiled
+# layers of the article's schedule share the canonical block partials at no extra cost.
+REDUCTION_BLOCK = 1024
 REDUCTION_OUTPUTS = ("db_g", "db_fc", "dw_g", "dw_fc")
 
 
@@ -106,9 +115,9 @@ class GoldenPass:
             raise ValueError("chunk_rows must be >= 1")
         self.inputs = inputs
         self.layers = dict(layers)
-        self.chunk_rows = chunk_rows
+        self.chunk_rows = -(-chunk_rows // REDUCTION_BLOCK) * REDUCTION_BLOCK   # chunk edges are block edges
         self.abs_sums = abs_sums
-        self.abs_plan = abs_plan or next(iter(self.layers.values())).plan
+        self.abs_plan = abs_plan or next(iter(self.layers.values())).plan   # callers fix it per operator
         self.reductions: dict[str, dict[str, torch.Tensor]] = {}
         self.abs_reductions: dict[str, torch.Tensor] = {}
         self._done = False
@@ -118,16 +127,27 @@ class GoldenPass:
         for sched in self.layers.values():
             if sched.plan not in plans:
                 plans.append(sched.plan)
+        if self.abs_sums and self.abs_plan not in plans:
+            plans.append(self.abs_plan)     # computed for the |terms| sums alone
         return plans
 
     @staticmethod
-    def _cuts(start: int, stop: int, tiles: Sequence[int | None]) -> list[int]:
+    def _cuts(start: int, stop: int, tile: int | None) -> list[int]:
+        """Segment edges in [start, stop): every canonical block edge, plus ``tile``'s edges."""
         cuts = {start, stop}
-        for tile in tiles:
-            if tile is not None:
-                first = (start // tile + 1) * tile
-                cuts.update(range(first, stop, tile))
+        for step in (REDUCTION_BLOCK, tile):
+            if step is not None:
+                cuts.update(range((start // step + 1) * step, stop, step))
         return sorted(cuts)
+
+    @staticmethod
+    def _cut_groups(users: Sequence[str], tiles: Mapping[str, int | None]) -> dict[int | None, list[str]]:
+        """Users grouped by the extra tile their segments need (None: the canonical blocks serve)."""
+        groups: dict[int | None, list[str]] = {}
+        for name in users:
+            tile = tiles[name]
+            groups.setdefault(None if tile is None or tile % REDUCTION_BLOCK == 0 else tile, []).append(name)
+        return groups
 
     def blocks(self) -> Iterator[RowBlock]:
         if self._done:
@@ -162,19 +182,23 @@ class GoldenPass:
                     rows[name] = block
                 # db: the b kernel sums dg/dfc in the math dtype, before the store rounds them
                 db_g_in, db_fc_in = (dg_m, dfc_m) if plan.db_input == "math" else (dg_s, dfc_s)
-                cuts_b = self._cuts(start, stop, [self.layers[n].tile_m_b for n in users])
-                for a, b in zip(cuts_b, cuts_b[1:]):
-                    seg = (db_g_in[a - start:b - start].sum(0, keepdim=True),
-                           db_fc_in[a - start:b - start].sum(0, keepdim=True))
-                    for name in users:
-                        db_acc[name].add(seg, b - a)
+                tiles_b = {n: self.layers[n].tile_m_b for n in users}
+                for tile, group in self._cut_groups(users, tiles_b).items():
+                    cuts = self._cuts(start, stop, tile)
+                    for a, b in zip(cuts, cuts[1:]):
+                        seg = (db_g_in[a - start:b - start].sum(0, keepdim=True),
+                               db_fc_in[a - start:b - start].sum(0, keepdim=True))
+                        for name in group:
+                            db_acc[name].add(seg, b - a)
                 # dw: the w kernel reads the stored dg/dfc and multiplies in the math dtype
-                cuts_w = self._cuts(start, stop, [self.layers[n].tile_m_w for n in users])
-                for a, b in zip(cuts_w, cuts_w[1:]):
-                    xs = x_m[a - start:b - start].t()
-                    seg = (xs @ dg_s[a - start:b - start], xs @ dfc_s[a - start:b - start])
-                    for name in users:
-                        dw_acc[name].add(seg, b - a)
+                tiles_w = {n: self.layers[n].tile_m_w for n in users}
+                for tile, group in self._cut_groups(users, tiles_w).items():
+                    cuts = self._cuts(start, stop, tile)
+                    for a, b in zip(cuts, cuts[1:]):
+                        xs = x_m[a - start:b - start].t()
+                        seg = (xs @ dg_s[a - start:b - start], xs @ dfc_s[a - start:b - start])
+                        for name in group:
+                            dw_acc[name].add(seg, b - a)
                 if self.abs_sums and plan == self.abs_plan:
                     a_dg, a_dfc = dg_s.abs().float(), dfc_s.abs().float()
                     a_x = x_m.abs().float()

@@ -600,3 +600,37 @@ def baseline_diff(current: Index, baseline: Index) -> BaselineDiff:
             diff.better.append(Change(case, backend, output, golden, "", "", "; ".join(_worse(m_a, m_b)),
                                       row_anchor(case, backend, output)))
     return diff
+
+
+@dataclass(frozen=True)
+class PlatformSummary:
+    """The run manifest as the page shows it: one header line, the measured facts, every field flat."""
+    line: str
+    facts: list[tuple[str, str]]
+    fields: list[tuple[str, str]]
+    emulation: str | None
+
+
+def _flatten(obj, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(obj, Mapping):
+        return [kv for k, v in obj.items() for kv in _flatten(v, f"{prefix}{k}.")]
+    return [(prefix.rstrip("."), "-" if obj is None else str(obj).lower() if isinstance(obj, bool) else str(obj))]
+
+
+def platform_summary(manifest: Mapping | None) -> PlatformSummary | None:
+    if not isinstance(manifest, Mapping):
+        return None
+    fw = manifest.get("framework") or {}
+    cpu = manifest.get("cpu") or {}
+    versions = manifest.get("versions") or {}
+    accel = manifest.get("cuda") or manifest.get("npu")
+    parts = [f"device {manifest.get('device', '?')}",
+             f"CPU {cpu.get('model') or '?'} ({cpu.get('torch_cpu_capability') or '?'})",
+             f"torch {versions.get('torch') or '?'}"]
+    if isinstance(accel, Mapping):
+        parts.append(" ".join(str(accel.get(k)) for k in ("device", "soc", "compute_capability", "cuda", "cann")
+                              if accel.get(k)))
+    commit = fw.get("commit")
+    parts.append(f"commit {commit[:10] if commit else '?'}{' (modified)' if fw.get('dirty') else ''}")
+    facts = [(k, _flatten(v)[0][1]) for k, v in (manifest.get("facts") or {}).items()]
+    return PlatformSummary(" · ".join(parts), facts, _flatten(manifest), manifest.get("emulation"))

@@ -44,6 +44,15 @@ def load(results: str | os.PathLike) -> list[dict]:
 
 # --------------------------------------------------------------------------- formatting filters
 
+def _manifest(results: str | os.PathLike) -> dict | None:
+    """The run manifest beside the records, if the results carry one (older results do not)."""
+    from accuracy.results import load_manifest
+    try:
+        return load_manifest(results)
+    except (OSError, ValueError):
+        return None
+
+
 def fmt_num(v, digits: int = 3) -> str:
     x = D.num(v)
     if x is None:
@@ -203,6 +212,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
 
     t0 = time.perf_counter()
     records = load(results_dir)
+    platform = D.platform_summary(_manifest(results_dir))
     idx = D.index(records)
     cells = D.verdict_cells(idx)
     counts = D.status_counts(cells, idx.backends)
@@ -285,7 +295,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
         vac_rows=vac_rows, vac_table=vac_table, vac_img=vac_img, drift_imgs=drift_imgs, panels=panels,
         td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.SEED_RTOL,
         seed_atol=D.SEED_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
-        sources=D.SOURCES, timings=timings, tiles=tiles)
+        sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform)
     timings["html"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     timings["total CPU"] = time.process_time() - cpu_start

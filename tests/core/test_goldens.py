@@ -115,13 +115,33 @@ def test_exp_ratio_sigmoid_overflows_to_nan_where_stable_does_not():
     assert torch.isfinite(bf16_faithful(inp)["dg"]).all()
 
 
-@pytest.mark.parametrize("chunk_rows", [2048, 4096, 10240])
-def test_streaming_is_chunk_invariant_for_tile_aligned_chunks(chunk_rows):
+def _stream(inp, layers, chunk_rows):
+    """Every output of every layer of one pass, as full tensors."""
+    golden = GoldenPass(inp, layers, chunk_rows=chunk_rows)
+    rows = {name: {o: [] for o in ("dg", "dfc", "dx")} for name in layers}
+    for block in golden.blocks():
+        for name in layers:
+            for o in rows[name]:
+                rows[name][o].append(block.rows[name][o])
+    return {name: {**{o: torch.cat(c) for o, c in rows[name].items()}, **golden.reductions[name]}
+            for name in layers}
+
+
+ODD_TILES = TiledSchedule(name="odd-tiles", tile_m_b=300, tile_m_w=700, tile_m_x=300, plan=BF16_FAITHFUL)
+
+
+@pytest.mark.parametrize("chunk_rows", [1000, 4096, 8191, 8192])
+def test_golden_bits_depend_on_neither_chunk_rows_nor_the_other_layers(chunk_rows):
+    """The faithful and tiled goldens of a case are the same bits whatever --chunk-rows is and
+    whichever other schedules share the pass (same plan, other tiles, odd tiles)."""
+    from goldens.schedule import FAITHFUL_GLOBAL
     inp = case_inputs(5000)
-    ref = materialize(inp, ARTICLE, chunk_rows=8192)
-    got = materialize(inp, ARTICLE, chunk_rows=chunk_rows)
-    for name in ref:
-        assert torch.equal(torch.nan_to_num(ref[name]), torch.nan_to_num(got[name])), name
+    alone = {**_stream(inp, {"faithful": FAITHFUL_GLOBAL}, 8192), **_stream(inp, {"article": ARTICLE}, 8192)}
+    crowd = _stream(inp, {"faithful": FAITHFUL_GLOBAL, "same-plan": SAME_PLAN, "odd-tiles": ODD_TILES,
+                          "article": ARTICLE}, chunk_rows)
+    for name in ("faithful", "article"):
+        for o, ref in alone[name].items():
+            assert torch.equal(torch.nan_to_num(ref), torch.nan_to_num(crowd[name][o])), (name, o, chunk_rows)
 
 
 def test_stream_never_holds_full_size_float64_rows():

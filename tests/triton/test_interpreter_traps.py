@@ -30,18 +30,23 @@ def _narrow(src_ptr, dst_ptr, n: tl.constexpr):
     tl.store(dst_ptr + r, tl.load(src_ptr + r).to(tl.bfloat16))
 
 
-def test_bf16_dot_is_garbage_and_fp32_dot_exact():
+def test_bf16_dot_is_garbage_and_fp32_dot_accurate():
+    """FP32 tl.dot is within the FP32 rounding bound of the exact product (K = 16 products:
+    gamma_16 x sum |a||b|); the interpreter's numpy dot and torch's BLAS may sum in other orders,
+    so bit equality with torch is a property of the machine's BLAS, not of triton (measured: 4.8e-7
+    apart on an AMD EPYC with AVX2 only, equal on an Intel Xeon)."""
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(64, 16, generator=gen).bfloat16()
     b = torch.randn(16, 32, generator=gen).bfloat16()
-    exact = a.float() @ b.float()
+    exact = a.double() @ b.double()
+    bound = float((16 * 2.0 ** -24 * (a.double().abs() @ b.double().abs())).max())
     kern = InterpretedFunction(_dot)
     errors = {}
     for fp32 in (False, True):
         c = torch.zeros(64, 32)
         kern[(1,)](a, b, c, 64, 32, 16, fp32)
-        errors[fp32] = float((c - exact).abs().max())
-    assert errors[True] == 0.0
+        errors[fp32] = float((c.double() - exact).abs().max())
+    assert errors[True] <= bound, (errors[True], bound)
     assert errors[False] > 1e6, f"BF16 tl.dot in the interpreter now errs only {errors[False]:.3g}: trap fixed?"
 
 
