@@ -16,6 +16,7 @@ import torch
 from kernels.contract import (BackendUnsupported, ContractError, clone_inputs, mutated_inputs,
                               validate_outputs)
 from kernels.registry import Backend
+from kernels.sealed_state import sealed
 
 
 @dataclass
@@ -36,20 +37,41 @@ def _sync(inputs: Mapping[str, torch.Tensor]) -> None:
         torch.cuda.synchronize(inputs["x"].device)
 
 
+def describe(exc: BaseException) -> str:
+    """``Type: message``, even for an exception whose ``__str__`` itself raises."""
+    try:
+        text = str(exc)
+    except BaseException as inner:   # noqa: BLE001 - user code: anything can happen here
+        text = f"<str() of the exception raised {type(inner).__name__}>"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _frames(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)[-3:]).rstrip()
+    except BaseException:   # noqa: BLE001
+        return ""
+
+
 def run_backend(backend: Backend, inputs: Mapping[str, torch.Tensor]) -> BackendRun:
     clones = clone_inputs(inputs)
     _sync(inputs)
     start = time.perf_counter()
+    seal = None
     try:
-        raw = backend(**clones)
-        _sync(inputs)
+        with sealed() as seal:
+            raw = backend(**clones)
+            _sync(inputs)
     except BackendUnsupported as exc:
         return BackendRun(backend.name, skipped=f"backend {backend.name!r} cannot run this case here: {exc}")
-    except Exception as exc:  # any failure of user code is this cell's verdict, not the run's end
-        frames = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)
-        return BackendRun(backend.name, error=f"backend {backend.name!r} raised {type(exc).__name__}: {exc}\n"
-                                              + "".join(frames[-3:]).rstrip())
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # any failure of user code (sys.exit included) is this cell's verdict
+        return BackendRun(backend.name, error=f"backend {backend.name!r} raised {describe(exc)}\n" + _frames(exc))
     seconds = time.perf_counter() - start
+    leaked = seal.message(backend.name)
+    if leaked:
+        return BackendRun(backend.name, error=leaked, seconds=seconds)
     try:
         outputs = validate_outputs(backend.name, raw, inputs)
     except ContractError as exc:

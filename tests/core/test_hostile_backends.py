@@ -1,0 +1,139 @@
+"""Backends that leak global state, exit or raise oddly cost only their own cell.
+
+Each hostile backend runs before torch-eager in one case; torch-eager must get the
+verdicts it gets alone, and the hostile cell an error naming the backend and the leak.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from accuracy.platform_facts import fp32_keeps_subnormals
+from cases.evaluate import evaluate_case
+from cases.spec import CaseSpec
+from kernels.registry import Backend, resolve
+from kernels.torch_autograd import torch_eager
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = CaseSpec(1025, 96, 200, "tiny", 0)    # subnormal dg: a flushing golden would change the verdicts
+
+
+def _flushes(**inputs):
+    torch.set_flush_denormal(True)
+    return torch_eager(**inputs)
+
+
+def _no_grad(**inputs):
+    out = torch_eager(**inputs)
+    torch.set_grad_enabled(False)
+    return out
+
+
+def _moves_and_narrows(**inputs):
+    os.chdir("/")
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
+    return torch_eager(**inputs)
+
+
+def _exits(**inputs):
+    sys.exit(3)
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no")
+
+
+def _raises_unprintable(**inputs):
+    raise _Unprintable()
+
+
+def _verdicts(outcome, name):
+    return {o: (v.passed, outcome.comparison["backends"][name][o]["faithful"]["mismatches"])
+            for o, v in outcome.verdicts[name].items()}
+
+
+@pytest.fixture(scope="module")
+def alone():
+    return _verdicts(evaluate_case(SPEC, [resolve("torch-eager")]), "torch-eager")
+
+
+@pytest.mark.parametrize("fn, leak", [
+    (_flushes, "subnormals_kept True -> False"),
+    (_no_grad, "grad_enabled True -> False"),
+    (_moves_and_narrows, "cwd"),
+])
+def test_a_backend_that_leaks_state_fails_alone_and_is_restored(fn, leak, alone):
+    cwd, threads = os.getcwd(), torch.get_num_threads()
+    outcome = evaluate_case(SPEC, [Backend("hostile", fn), resolve("torch-eager")])
+    error = outcome.runs["hostile"].error
+    assert error and "backend 'hostile' changed process-wide state" in error and leak in error, error
+    assert _verdicts(outcome, "torch-eager") == alone
+    assert os.getcwd() == cwd and torch.get_num_threads() == threads and torch.is_grad_enabled()
+    assert torch.get_default_dtype() == torch.float32 and fp32_keeps_subnormals("cpu")
+
+
+@pytest.mark.parametrize("fn, text", [(_exits, "SystemExit: 3"),
+                                      (_raises_unprintable, "_Unprintable: <str() of the exception raised")])
+def test_exits_and_unprintable_exceptions_fail_only_their_cell(fn, text, alone):
+    outcome = evaluate_case(SPEC, [Backend("hostile", fn), resolve("torch-eager")])
+    assert text in outcome.runs["hostile"].error
+    assert _verdicts(outcome, "torch-eager") == alone
+
+
+def test_worker_threads_started_under_ftz_do_not_reach_the_goldens():
+    """In a fresh process the backend raises the thread count under FTZ/DAZ: the new worker threads
+    keep it after it is unset. The seal restores the count (only clean threads are used again),
+    torch-eager's verdicts are those it gets alone, and FP32 keeps subnormals afterwards."""
+    code = textwrap.dedent("""
+        import torch
+        from accuracy.platform_facts import fp32_keeps_subnormals
+        from cases.evaluate import evaluate_case
+        from cases.spec import CaseSpec
+        from kernels.registry import Backend, resolve
+        from kernels.torch_autograd import torch_eager
+        def poison(**inputs):
+            torch.set_flush_denormal(True)
+            torch.set_num_threads(4)
+            torch.ones(1 << 22).sum()
+            torch.set_flush_denormal(False)
+            return torch_eager(**inputs)
+        spec = CaseSpec(1025, 96, 200, "tiny", 0)
+        def verdicts(o):
+            return {k: (v.passed, o.comparison["backends"]["torch-eager"][k]["faithful"]["mismatches"])
+                    for k, v in o.verdicts["torch-eager"].items()}
+        mixed = evaluate_case(spec, [Backend("hostile", poison), resolve("torch-eager")])
+        print("ERROR:", mixed.runs["hostile"].error)
+        alone = evaluate_case(spec, [resolve("torch-eager")])
+        print("SAME:", verdicts(mixed) == verdicts(alone), "KEPT:", fp32_keeps_subnormals("cpu"))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "SAME: True KEPT: True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "subnormals_kept True -> False" in proc.stdout, proc.stdout
+
+
+def test_a_pool_that_keeps_flushing_sends_the_process_single_threaded():
+    """The last resort, in a fresh process whose worker threads all started under FTZ/DAZ: unsetting
+    it does not reach them, so restore() goes single-threaded and FP32 keeps subnormals again."""
+    code = textwrap.dedent("""
+        import dataclasses, torch
+        from accuracy.platform_facts import fp32_keeps_subnormals
+        from kernels.sealed_state import capture, restore
+        torch.set_flush_denormal(True)
+        torch.ones(1 << 22).sum()
+        torch.set_flush_denormal(False)
+        after = capture()
+        print("POISONED:", not after.subnormals_kept)
+        notes = restore(dataclasses.replace(after, subnormals_kept=True))
+        print("NOTES:", notes, "KEPT:", fp32_keeps_subnormals("cpu"), "THREADS:", torch.get_num_threads())
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "POISONED: True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "continues single-threaded" in proc.stdout and "KEPT: True THREADS: 1" in proc.stdout, proc.stdout
