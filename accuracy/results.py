@@ -1,12 +1,18 @@
-"""Result records on disk: JSON only, one file per cell written atomically, merged at the end.
+"""Result records on disk: JSON only, one file per cell written atomically, one folder per run.
 
-Layout under ``--results-dir``:
-    shards/<run>/<worker>/<cell>.json   one case x backend (or the goldens of a case), by the worker
-    results.json                        every record of the last run, merged by the controller at its end
+Layout under ``--results-dir`` (resolved to an absolute path when the run starts):
 
-A record is one case x backend x output x golden with every metric; a crashed
-worker loses at most the cell it was computing. Non-finite floats are written
-as the strings "inf", "-inf", "nan" so the files are strict JSON.
+    runs/<run>/shards/<worker>/<cell>.json   one case x backend (or a case's goldens), by the worker
+    runs/<run>/results.json                  the run's manifest, every record, the planned cells
+                                             without a record, the shards that could not be read
+    latest                                   the id of the newest finished run (replaced atomically)
+
+A run writes only inside its own folder, so concurrent runs on one results
+directory never touch each other's data; the ``latest`` pointer is the only
+shared file. A crashed worker loses at most the cell it was computing, and the
+run's ``results.json`` lists that cell as missing. Temporary files of a killed
+writer never enter a merge; a shard that cannot be read is named and skipped.
+Non-finite floats are written as "inf", "-inf", "nan", so the files are strict JSON.
 """
 from __future__ import annotations
 
@@ -14,10 +20,16 @@ import json
 import math
 import os
 import re
+import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+RUNS = "runs"
+LATEST = "latest"
+KEEP_FINISHED_RUNS = 20      # older finished runs are pruned; unfinished ones are never touched
+TMP_PREFIX = ".tmp-"
 
 
 def to_json(obj):
@@ -37,7 +49,7 @@ def to_json(obj):
 
 def write_atomic(path: Path, payload) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX, suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(to_json(payload), f, allow_nan=False)
@@ -48,7 +60,12 @@ def write_atomic(path: Path, payload) -> None:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+    """A file name for a cell: unsafe characters become their code point, so distinct names stay distinct."""
+    return re.sub(r"[^A-Za-z0-9.-]", lambda m: f"_{ord(m.group()):x}_", name)
+
+
+def run_dir(results_root: str | os.PathLike, run: str) -> Path:
+    return Path(results_root) / RUNS / run
 
 
 def write_cell(shard_root: str | os.PathLike, worker: str, cell: str, records: list[dict]) -> Path:
@@ -57,36 +74,111 @@ def write_cell(shard_root: str | os.PathLike, worker: str, cell: str, records: l
     return path
 
 
-def _shard_records(shard_root: Path) -> list[dict]:
-    records = []
+@dataclass
+class Shards:
+    records: list[dict] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)    # "path: why"
+
+
+def read_shards(shard_root: Path) -> Shards:
+    """Every record of one run's shards, sorted for stable diffs; unreadable shards named, not fatal."""
+    out = Shards()
     for shard in sorted(shard_root.glob("*/*.json")):
-        records.extend(json.loads(shard.read_text())["records"])
-    records.sort(key=lambda r: (r.get("case", ""), r.get("backend", ""), r.get("output", ""), r.get("golden", "")))
-    return records
+        if shard.name.startswith(TMP_PREFIX):
+            continue    # a writer killed mid-write: its cell has no record and is reported missing
+        try:
+            out.records.extend(json.loads(shard.read_text())["records"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            out.unreadable.append(f"{shard}: {type(exc).__name__}: {exc}")
+    out.records.sort(key=lambda r: (str(r.get("case", "")), str(r.get("backend", "")), str(r.get("output", "")),
+                                    str(r.get("golden", ""))))
+    return out
 
 
-def load_manifest(results_dir: str | os.PathLike) -> dict | None:
-    """The run manifest of a results directory or results JSON file (``None`` for results without one)."""
-    path = Path(results_dir)
-    merged = path if path.is_file() else path / "results.json"
-    if merged.exists():
-        return json.loads(merged.read_text()).get("manifest")
-    return None
+def missing_cells(planned: list[tuple[str, str]], records: list[dict]) -> list[dict]:
+    """Planned (case, backend) cells that have no record."""
+    seen = {(r.get("case"), r.get("backend")) for r in records}
+    return [{"case": c, "backend": b} for c, b in planned if (c, b) not in seen]
 
 
-def load_records(results_dir: str | os.PathLike) -> list[dict]:
-    """Every record of a results directory: results.json if present, else the newest run's shards."""
-    root = Path(results_dir)
-    merged = root / "results.json"
-    if merged.exists():
-        return json.loads(merged.read_text())["records"]
-    runs = sorted((root / "shards").glob("*")) if (root / "shards").exists() else []
-    return _shard_records(runs[-1]) if runs else []
+def merge(run: str | os.PathLike, *, manifest: dict | None = None,
+          planned: list[tuple[str, str]] | None = None) -> dict:
+    """Merge one run folder's shards into its ``results.json``; returns what was written."""
+    folder = Path(run)
+    shards = read_shards(folder / "shards")
+    payload = {"schema": SCHEMA_VERSION, "run": folder.name, "manifest": manifest,
+               "missing": missing_cells(planned or [], shards.records),
+               "unreadable_shards": shards.unreadable, "records": shards.records}
+    write_atomic(folder / "results.json", payload)
+    return payload
 
 
-def merge(shard_root: str | os.PathLike, target: str | os.PathLike, manifest: dict | None = None) -> Path:
-    """Merge one run's shards into ``target`` (sorted for stable diffs), with the run's manifest."""
-    path = Path(target)
-    write_atomic(path, {"schema": SCHEMA_VERSION, "manifest": manifest,
-                        "records": _shard_records(Path(shard_root))})
-    return path
+def point_latest(results_root: str | os.PathLike, run: str) -> None:
+    """Make ``latest`` name ``run``, atomically (a reader sees the old or the new id, never half)."""
+    root = Path(results_root)
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=TMP_PREFIX)
+    with os.fdopen(fd, "w") as f:
+        f.write(run + "\n")
+    os.replace(tmp, root / LATEST)
+
+
+def prune_finished(results_root: str | os.PathLike, keep: int = KEEP_FINISHED_RUNS) -> list[Path]:
+    """Delete finished runs (those with a results.json) beyond the newest ``keep``; a run still
+    being written has no results.json yet and is never touched, nor is the one ``latest`` names."""
+    root = Path(results_root)
+    latest = _latest_id(root)
+    finished = sorted((p for p in (root / RUNS).glob("*") if (p / "results.json").exists()),
+                      key=lambda p: (p / "results.json").stat().st_mtime)
+    doomed = [p for p in finished[:-keep] if p.name != latest] if keep else []
+    for p in doomed:
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed
+
+
+def _latest_id(root: Path) -> str | None:
+    try:
+        return (root / LATEST).read_text().strip() or None
+    except OSError:
+        return None
+
+
+class ResultsNotFound(FileNotFoundError):
+    """A path that holds no results a reader can use."""
+
+
+def resolve_results(path: str | os.PathLike) -> Path:
+    """The results file a path means: a JSON file itself; a run folder's results.json; a results
+    directory's latest run; a folder with a results.json of the older flat layout."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    if (p / "results.json").is_file():
+        return p / "results.json"
+    latest = _latest_id(p)
+    if latest is not None:
+        target = run_dir(p, latest) / "results.json"
+        if target.is_file():
+            return target
+        raise ResultsNotFound(f"{p}: 'latest' names run {latest!r}, which has no results.json")
+    raise ResultsNotFound(f"{p}: no results.json and no finished run (no '{LATEST}' pointer)")
+
+
+def load_results(path: str | os.PathLike) -> dict:
+    """The whole results object of ``path`` (see ``resolve_results``), with ``source`` = the file read."""
+    target = resolve_results(path)
+    try:
+        data = json.loads(target.read_text())
+    except ValueError as exc:
+        raise ResultsNotFound(f"{target}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        raise ResultsNotFound(f"{target}: not a results file (no 'records' list)")
+    return {**data, "source": str(target)}
+
+
+def load_records(path: str | os.PathLike) -> list[dict]:
+    return load_results(path)["records"]
+
+
+def load_manifest(path: str | os.PathLike) -> dict | None:
+    """The run manifest of ``path`` (``None`` for results written before manifests existed)."""
+    return load_results(path).get("manifest")

@@ -98,7 +98,7 @@ def _number(v: float) -> str:
     if v == 0:
         return "0"
     scale = 10 ** (math.floor(math.log10(abs(v))) - 3)
-    return f"{math.ceil(v / scale) * scale:.4g}"
+    return f"{math.ceil(v / scale - 1e-6) * scale:.4g}"   # -1e-6: a written value reads back unchanged
 
 
 def _as_written(b: Bound) -> Bound:

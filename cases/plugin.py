@@ -8,7 +8,6 @@ goldens are computed once, in one pass shared by its backends.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -27,7 +26,8 @@ def pytest_addoption(parser):
                     help="quick: every M edge and scale at least once (CI); full: the cross product")
     group.addoption("--seeds", type=int, default=1, metavar="N", help="run each case over N seeds")
     group.addoption("--results-dir", default="results", metavar="DIR",
-                    help="where per-worker JSON shards and the merged results.json go (default: results)")
+                    help="results directory: each run writes runs/<run>/ (shards, results.json) and points "
+                         "'latest' at it when it ends (default: results)")
     group.addoption("--report-dir", default=None, metavar="DIR",
                     help="write the HTML report (index.html + PNG plots) of this session's results here")
     group.addoption("--baseline", default=None, metavar="DIR",
@@ -40,10 +40,56 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if config.getoption("--seeds", default=1) < 1:
         raise pytest.UsageError("--seeds must be >= 1")
+    if config.getoption("--chunk-rows", default=8192) < 1:
+        raise pytest.UsageError(f"--chunk-rows must be >= 1, got {config.getoption('--chunk-rows')}")
     # group cells of one case on one worker; harmless without xdist
     if hasattr(config.option, "dist") and config.option.dist in ("load", "no") and getattr(
             config.option, "numprocesses", None):
         config.option.dist = "loadgroup"
+    if not hasattr(config, "workerinput"):
+        _check_device(config.getoption("--device"))
+        selected_backends(config)     # an import path that does not import is a usage error, before any case
+        config.stash[RESULTS_ROOT] = _writable_root(config.getoption("--results-dir"))
+        baseline = config.getoption("--baseline")
+        if baseline and Path(baseline).resolve() == config.stash[RESULTS_ROOT]:
+            raise pytest.UsageError(f"--baseline {baseline} is this run's own --results-dir: a run compared "
+                                    f"with itself shows no change; give a previous run's results directory")
+
+
+def _check_device(device: str) -> None:
+    kind = device.split(":")[0]
+    if kind == "cpu":
+        return
+    if kind == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise pytest.UsageError(f"--device {device}: no CUDA device is present on this machine")
+        return
+    if kind == "npu":
+        try:
+            import torch_npu  # noqa: F401  (registers torch.npu)
+            import torch
+            if torch.npu.is_available():
+                return
+        except ImportError as exc:
+            raise pytest.UsageError(f"--device {device}: torch_npu does not import ({exc})") from exc
+        raise pytest.UsageError(f"--device {device}: no NPU is present on this machine")
+    raise pytest.UsageError(f"--device {device}: unknown device kind {kind!r} (cpu, cuda, npu)")
+
+
+def _writable_root(path: str) -> Path:
+    root = Path(path).resolve()    # absolute now: a backend that changes directory cannot move it
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise pytest.UsageError(f"--results-dir {path}: not a writable directory ({exc})") from exc
+    return root
+
+
+RESULTS_ROOT = pytest.StashKey[Path]()
 
 
 def selected_backends(config):
@@ -76,8 +122,11 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("cell", params)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    # which backends each case will run on this session, after -k / deselection
+    # which backends each case will run on this session, after -k / -m deselection (trylast)
+    if not hasattr(config, "workerinput"):
+        _record_planned(config, [item.nodeid for item in items])
     cells: dict[str, list] = {}
     for item in items:
         callspec = getattr(item, "callspec", None)
@@ -130,35 +179,83 @@ def platform_facts(config) -> dict:
 def pytest_configure_node(node):
     node.workerinput["swiglu_run_id"] = run_id(node.config)
     node.workerinput["swiglu_manifest"] = run_manifest(node.config)
+    node.workerinput["swiglu_results_root"] = str(results_root(node.config))
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        run_manifest(session.config)    # measured before any test can change the process
+
+
+def results_root(config) -> Path:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return Path(workerinput["swiglu_results_root"])
+    return config.stash[RESULTS_ROOT]
+
+
+def run_folder(config) -> Path:
+    from accuracy.results import run_dir
+    return run_dir(results_root(config), run_id(config))
 
 
 def shard_dir(config) -> Path:
-    return Path(config.getoption("--results-dir")) / "shards" / run_id(config)
+    return run_folder(config) / "shards"
+
+
+PLANNED = pytest.StashKey[list]()
+
+
+def _param_cells(config) -> dict[str, tuple[str, str]]:
+    """Test parameter id -> (case id, backend name), for every cell the options can produce."""
+    from cases.matrix import PROFILES
+    names = list(dict.fromkeys(config.getoption("--backend") or list(DEFAULT_BACKENDS)))
+    cases = PROFILES[config.getoption("--profile")](config.getoption("--seeds"))
+    return {f"{spec.id}-{b}": (spec.id, b) for spec in cases for b in names}
+
+
+def _record_planned(config, nodeids) -> None:
+    cells = _param_cells(config)
+    planned = []
+    for nodeid in nodeids:
+        if "test_cell[" in nodeid:
+            param = nodeid.split("test_cell[", 1)[1].rsplit("]", 1)[0]
+            if param in cells:
+                planned.append(cells[param])
+    config.stash[PLANNED] = planned
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    if PLANNED not in node.config.stash:     # every worker collects the same cells
+        _record_planned(node.config, ids)
 
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if hasattr(config, "workerinput"):
         return   # workers write shards; the controller merges once
-    shards = shard_dir(config)
-    if shards.exists():
-        from accuracy.results import merge
-        config.stash[MERGED] = merge(shards, Path(config.getoption("--results-dir")) / "results.json",
-                                     manifest=run_manifest(config))
-        report_dir = config.getoption("--report-dir")
-        if report_dir:
-            try:
-                from reports import render
-                config.stash[REPORT] = str(render(config.getoption("--results-dir"), report_dir,
-                                                  baseline=config.getoption("--baseline")))
-            except Exception as exc:   # the verdicts stand; say loudly that the page is missing
-                config.stash[REPORT] = f"FAILED to render the report: {type(exc).__name__}: {exc}"
-        for old in shards.parent.iterdir():
-            if old != shards:
-                shutil.rmtree(old, ignore_errors=True)
+    planned = config.stash.get(PLANNED, [])
+    folder = run_folder(config)
+    if not planned and not (folder / "shards").exists():
+        return   # this session ran no cell of the matrix
+    from accuracy.results import merge, point_latest, prune_finished
+    merged = merge(folder, manifest=run_manifest(config), planned=planned)
+    point_latest(results_root(config), folder.name)
+    prune_finished(results_root(config))
+    config.stash[MERGED] = (folder / "results.json", merged["missing"], merged["unreadable_shards"])
+    if merged["missing"] or merged["unreadable_shards"]:
+        session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))
+    report_dir = config.getoption("--report-dir")
+    if report_dir:
+        try:
+            from reports import render
+            config.stash[REPORT] = str(render(folder, report_dir, baseline=config.getoption("--baseline")))
+        except Exception as exc:   # the verdicts stand; say loudly that the page is missing
+            config.stash[REPORT] = f"FAILED to render the report: {type(exc).__name__}: {exc}"
 
 
-MERGED = pytest.StashKey[Path]()
+MERGED = pytest.StashKey[tuple]()
 REPORT = pytest.StashKey[str]()
 
 
@@ -167,9 +264,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if manifest is not None:
         facts = ", ".join(f"{k}={v}" for k, v in manifest["facts"].items())
         terminalreporter.write_sep("-", f"platform facts: {facts}")
-    path = config.stash.get(MERGED, None)
-    if path is not None:
-        terminalreporter.write_sep("-", f"accuracy results: {path}")
+    merged = config.stash.get(MERGED, None)
+    if merged is not None:
+        path, missing, unreadable = merged
+        for cell in missing:
+            terminalreporter.write_line(f"MISSING: case {cell['case']}, backend {cell['backend']!r}: planned, "
+                                        f"but no record (a crashed or killed worker?)", red=True)
+        for shard in unreadable:
+            terminalreporter.write_line(f"UNREADABLE shard skipped: {shard}", red=True)
+        tail = f" ({len(missing)} planned cells without a record)" if missing else ""
+        terminalreporter.write_sep("-", f"accuracy results: {path}{tail}")
     report = config.stash.get(REPORT, None)
     if report is not None:
         terminalreporter.write_sep("-", f"accuracy report: {report}")

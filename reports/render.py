@@ -30,16 +30,24 @@ CACHE_VERSION = 1
 # --------------------------------------------------------------------------- loading
 
 def load(results: str | os.PathLike) -> list[dict]:
-    """Records of a results directory (results.json, else the newest run's shards) or of a JSON file."""
+    """Records of a results file, a run folder, or a results directory's latest run
+    (``accuracy.results.resolve_results``)."""
     from accuracy.results import load_records
     path = Path(results)
-    if path.is_file():
-        payload = json.loads(path.read_text())
-        recs = payload.get("records", []) if isinstance(payload, Mapping) else payload
-        return [r for r in recs if isinstance(r, Mapping)]
     if not path.exists():
         raise FileNotFoundError(f"results directory {path} does not exist")
     return [r for r in load_records(path) if isinstance(r, Mapping)]
+
+
+def _run_info(results: str | os.PathLike) -> dict:
+    """Which file and run the page shows, and what the run lacks (missing cells, unreadable shards)."""
+    from accuracy.results import load_results
+    try:
+        data = load_results(results)
+    except (OSError, ValueError):
+        return {}
+    return {"source": data.get("source"), "run": data.get("run"), "missing": data.get("missing") or [],
+            "unreadable": data.get("unreadable_shards") or []}
 
 
 # --------------------------------------------------------------------------- formatting filters
@@ -213,6 +221,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     t0 = time.perf_counter()
     records = load(results_dir)
     platform = D.platform_summary(_manifest(results_dir))
+    run_info = _run_info(results_dir)
     idx = D.index(records)
     cells = D.verdict_cells(idx)
     counts = D.status_counts(cells, idx.backends)
@@ -295,7 +304,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
         vac_rows=vac_rows, vac_table=vac_table, vac_img=vac_img, drift_imgs=drift_imgs, panels=panels,
         td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.SEED_RTOL,
         seed_atol=D.SEED_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
-        sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform)
+        sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform, run_info=run_info)
     timings["html"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     timings["total CPU"] = time.process_time() - cpu_start

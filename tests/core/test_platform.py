@@ -77,7 +77,8 @@ def test_a_matrix_run_writes_its_manifest_to_results_and_report(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "platform facts: bf16_gemm_keeps_subnormals=" in proc.stdout
-    data = json.loads((results / "results.json").read_text())
+    from accuracy.results import load_results
+    data = load_results(results)
     assert data["manifest"]["facts"] == platform_facts.measure("cpu")
     assert data["manifest"]["device"] == "cpu"
     html = (report / "index.html").read_text()

@@ -1,0 +1,118 @@
+"""Run folders: no run destroys another's data, nothing planned goes missing silently,
+a killed writer or a corrupt shard costs only its own cell, bad options stop before any case."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accuracy import results as R
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = "M1-K96-N200-saturating-s0 or M2-K96-N200-unit-s0"
+
+
+def _pytest(*args, env=None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env=env, **kw)
+
+
+def test_temp_and_corrupt_shards_are_skipped_and_named(tmp_path):
+    run = R.run_dir(tmp_path, "r1")
+    R.write_cell(run / "shards", "gw0", "A--b", [{"case": "A", "backend": "b", "status": "pass"}])
+    (run / "shards" / "gw0" / ".tmp-abc.json").write_text('{"records": [{"case": "half')
+    (run / "shards" / "gw1").mkdir(parents=True)
+    (run / "shards" / "gw1" / "B--b.json").write_text("{not json")
+    merged = R.merge(run, planned=[("A", "b"), ("B", "b")])
+    assert [r["case"] for r in merged["records"]] == ["A"]
+    assert merged["missing"] == [{"case": "B", "backend": "b"}]
+    assert len(merged["unreadable_shards"]) == 1 and "B--b.json" in merged["unreadable_shards"][0]
+
+
+def test_cell_file_names_never_collide():
+    assert R._safe("a:_b") != R._safe("a_:b")
+
+
+def test_readers_resolve_latest_run_folder_and_file(tmp_path):
+    for run, case in (("r1", "A"), ("r2", "B")):
+        R.write_cell(R.run_dir(tmp_path, run) / "shards", "main", f"{case}--b", [{"case": case, "backend": "b"}])
+        R.merge(R.run_dir(tmp_path, run), planned=[(case, "b")])
+    R.point_latest(tmp_path, "r1")
+    assert [r["case"] for r in R.load_records(tmp_path)] == ["A"]
+    assert [r["case"] for r in R.load_records(R.run_dir(tmp_path, "r2"))] == ["B"]
+    assert [r["case"] for r in R.load_records(R.run_dir(tmp_path, "r2") / "results.json")] == ["B"]
+    with pytest.raises(R.ResultsNotFound, match="no finished run"):
+        R.load_records(tmp_path / "runs")
+    (tmp_path / "bad.json").write_text("")
+    with pytest.raises(R.ResultsNotFound, match="not valid JSON"):
+        R.load_records(tmp_path / "bad.json")
+
+
+def test_pruning_keeps_unfinished_runs_and_latest(tmp_path):
+    for i in range(5):
+        folder = R.run_dir(tmp_path, f"r{i}")
+        R.write_cell(folder / "shards", "main", "A--b", [{"case": "A", "backend": "b"}])
+        if i != 1:            # r1 is still being written: no results.json yet
+            R.merge(folder)
+            os.utime(folder / "results.json", (i, i))
+    R.point_latest(tmp_path, "r0")
+    doomed = R.prune_finished(tmp_path, keep=2)
+    assert sorted(p.name for p in doomed) == ["r2"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["r0", "r1", "r3", "r4"]
+
+
+def test_two_concurrent_runs_keep_their_own_records(tmp_path):
+    """Two pytest sessions on one --results-dir at once: each run folder holds exactly its own cells."""
+    results = tmp_path / "results"
+    procs = [subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "cases/", "--backend",
+                               "torch-eager", "-k", case, "--results-dir", str(results)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for case in ("M1-K96-N200-saturating-s0", "M2-K96-N200-unit-s0")]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    runs = {}
+    for folder in (results / "runs").iterdir():
+        data = json.loads((folder / "results.json").read_text())
+        runs[folder.name] = {r["case"] for r in data["records"]}
+        assert data["missing"] == []
+    assert sorted(map(sorted, runs.values())) == [["M1-K96-N200-saturating-s0"], ["M2-K96-N200-unit-s0"]]
+    assert (results / "latest").read_text().strip() in runs
+
+
+def test_a_worker_killed_mid_run_leaves_its_cells_listed_as_missing(tmp_path):
+    """A backend that kills its process (os._exit) under -n 2: the run says which planned cells have
+    no record, in the terminal, in results.json, and with a non-zero exit status."""
+    plugin = tmp_path / "killer.py"
+    plugin.write_text("import os\nfrom kernels.torch_autograd import torch_eager\n"
+                      "def kill(**inputs):\n    if inputs['x'].shape[0] == 2:\n        os._exit(7)\n"
+                      "    return torch_eager(**inputs)\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = _pytest("-n", "2", "cases/", "--backend", "killer:kill", "-k", SMALL, "--results-dir",
+                   str(tmp_path / "results"), env=env)
+    assert proc.returncode != 0
+    assert "MISSING: case M2-K96-N200-unit-s0, backend 'killer:kill'" in proc.stdout, proc.stdout[-3000:]
+    data = R.load_results(tmp_path / "results")
+    assert {"case": "M2-K96-N200-unit-s0", "backend": "killer:kill"} in data["missing"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--chunk-rows", "0"], "--chunk-rows must be >= 1"),
+    (["--device", "tpu"], "unknown device kind 'tpu'"),
+    (["--device", "cuda"], "no CUDA device"),
+    (["--results-dir", "README.md"], "not a writable directory"),
+    (["--results-dir", "results-x", "--baseline", "results-x"], "compared with itself"),
+    (["--backend", "no_such_module:fn"], "cannot import module 'no_such_module'"),
+])
+def test_bad_options_stop_before_any_case(args, message):
+    if "cuda" in args:
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA: --device cuda is valid here")
+    proc = _pytest("cases/", "-k", SMALL, *args)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert message in proc.stderr + proc.stdout
+    assert "passed" not in proc.stdout and "failed" not in proc.stdout
