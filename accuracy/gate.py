@@ -57,15 +57,20 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
         if metrics["nonfinite_disagreements"]:
             lines.append(f"Non-finite disagreement: NaN in kernel only {nf['nan_actual_only']}, "
                          f"NaN in golden only {nf['nan_expected_only']}, Inf mismatched {nf['inf_mismatch']}")
-        lines.append(f"Greatest absolute difference: {_g(metrics['max_abs_err'])} at index "
+            first = metrics.get("first_nonfinite")
+            if first:
+                lines.append(f"First non-finite disagreement at index {_idx(first['index'])}: kernel "
+                             f"{first['actual']:.6g}, golden {first['expected']:.6g}")
+        among = " among finite pairs" if metrics["nonfinite_disagreements"] else ""
+        lines.append(f"Greatest absolute difference{among}: {_g(metrics['max_abs_err'])} at index "
                      f"{_idx(metrics['max_abs_index'])} (up to {eff:.3g} + {rtol:.6g} x |golden| allowed)")
-        lines.append(f"Greatest relative difference: {_g(metrics['max_rel_err'])} at index "
+        lines.append(f"Greatest relative difference{among}: {_g(metrics['max_rel_err'])} at index "
                      f"{_idx(metrics['max_rel_index'])} (up to {rtol:.6g} allowed)")
         if metrics["worst"]:
             w = metrics["worst"][0]
-            lines.append(f"Worst element {_idx(w['index'])}: kernel {w['actual']:.6g}, golden {w['expected']:.6g}, "
+            lines.append(f"Worst{' finite' if among else ''} element {_idx(w['index'])}: kernel {w['actual']:.6g}, golden {w['expected']:.6g}, "
                          f"{w['ulp']:.4g} BF16 ULP apart")
-        lines.append(f"BF16 ULP distance: p50 {_g(metrics['ulp_p50'])}, p99 {_g(metrics['ulp_p99'])}, "
+        lines.append(f"BF16 ULP distance{among}: p50 {_g(metrics['ulp_p50'])}, p99 {_g(metrics['ulp_p99'])}, "
                      f"max {_g(metrics['ulp_max'])}")
         if attribution is not None:
             lines.append(f"Error vs FP64 by source (max abs): storage {_g(attribution['storage'])}, tile order "

@@ -56,6 +56,7 @@ class ErrorStats:
         self.n_compared = 0         # both finite
         self.nonfinite = {"nan_both": 0, "nan_actual_only": 0, "nan_expected_only": 0,
                           "inf_match": 0, "inf_mismatch": 0}
+        self.first_nonfinite: dict | None = None   # first element whose NaN/Inf the other side lacks
         self.max_abs = (-1.0, None)
         self.max_rel = (-1.0, None)
         self.max_excess = (-math.inf, None)
@@ -108,7 +109,7 @@ class ErrorStats:
         err = a - b
         pos = None
         if not bool(torch.isfinite(err).all()):
-            pos, a, b, b64, b_finite = self._split_nonfinite(a, b, b64)
+            pos, a, b, b64, b_finite = self._split_nonfinite(a, b, b64, row_offset, width)
             err = a - b
         else:
             b_finite = b
@@ -194,8 +195,9 @@ class ErrorStats:
             self.n_over_bound += int(torch.count_nonzero(util > 1))
             self.sum_bound += float(bd.sum(dtype=torch.float64))
 
-    def _split_nonfinite(self, a, b, b64):
-        """The rare path: count NaN/Inf (dis)agreements, keep the finite pairs."""
+    def _split_nonfinite(self, a, b, b64, row_offset: int, width: int):
+        """The rare path: count NaN/Inf (dis)agreements, note the first disagreeing element, keep
+        the finite pairs."""
         nf = self.nonfinite
         a_nan, b_nan = torch.isnan(a), torch.isnan(b)
         a_inf, b_inf = torch.isinf(a), torch.isinf(b)
@@ -206,6 +208,12 @@ class ErrorStats:
         inf_match = inf_any & (a == b)
         nf["inf_match"] += int(inf_match.sum())
         nf["inf_mismatch"] += int((inf_any & ~inf_match).sum())
+        if self.first_nonfinite is None:
+            bad = (a_nan ^ b_nan) | (inf_any & ~inf_match)
+            if bool(bad.any()):
+                i = int(torch.nonzero(bad)[0, 0])
+                self.first_nonfinite = {"index": _index(i, row_offset, width), "actual": float(a[i]),
+                                        "expected": float(b64[i])}
         pos = torch.nonzero(torch.isfinite(a) & torch.isfinite(b)).squeeze(1)
         return pos, a[pos], b[pos], b64[pos], b[torch.isfinite(b)]
 
@@ -246,6 +254,7 @@ class ErrorStats:
             "mismatch_fraction": mismatches / self.n if self.n else 0.0,
             "mismatches_seed_gate": self.n_over_seed + nonfinite_bad,
             "nonfinite": dict(self.nonfinite), "nonfinite_disagreements": nonfinite_bad,
+            "first_nonfinite": self.first_nonfinite,
             "worst": self.worst,
             "ulp_p50": _percentile(self.ulp_hist, ULP_EDGES, 0.5),
             "ulp_p99": _percentile(self.ulp_hist, ULP_EDGES, 0.99),

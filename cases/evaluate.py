@@ -23,10 +23,20 @@ from kernels.registry import Backend
 from kernels.runner import BackendRun, run_backend
 
 
+class ScheduleError(TypeError):
+    """A backend's ``fn.schedule`` that is not a ``TiledSchedule``."""
+
+
 def declared_schedule(backend: Backend) -> TiledSchedule:
-    """The schedule a backend declares (``fn.schedule``); the article's when it declares none."""
+    """The schedule a backend declares (``fn.schedule``); the article's when it declares none.
+    A declaration of another type is an error, never silently replaced."""
     sched = getattr(backend.fn, "schedule", None)
-    return sched if isinstance(sched, TiledSchedule) else ARTICLE
+    if sched is None:
+        return ARTICLE
+    if not isinstance(sched, TiledSchedule):
+        raise ScheduleError(f"backend {backend.name!r}: fn.schedule is {type(sched).__name__} ({sched!r:.80}), "
+                            f"expected a goldens.schedule.TiledSchedule (or no attribute: the article's)")
+    return sched
 
 
 @dataclass
@@ -36,6 +46,7 @@ class CaseOutcome:
     comparison: dict | None = None
     verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
     golden_seconds: float | None = None
+    schedules: dict[str, str] = field(default_factory=dict)   # backend -> name of the schedule its goldens replay
     error: str | None = None    # the case itself could not be evaluated (inputs, goldens)
 
 
@@ -48,7 +59,15 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     runs = {b.name: run_backend(b, inputs) for b in backends}
     ok = {name: run.outputs for name, run in runs.items() if run.ok}
     outcome = CaseOutcome(spec, runs)
-    schedules = {b.name: declared_schedule(b) for b in backends if b.name in ok}
+    schedules = {}
+    for b in backends:
+        if b.name in ok:
+            try:
+                schedules[b.name] = declared_schedule(b)
+            except ScheduleError as exc:     # that backend's cell fails; the others are compared
+                runs[b.name].error, runs[b.name].outputs = str(exc), None
+                del ok[b.name]
+    outcome.schedules = {name: sched.name for name, sched in schedules.items()}
     start = time.perf_counter()
     try:
         outcome.comparison = compare_case(inputs, ok, schedules, chunk_rows=chunk_rows)
@@ -71,7 +90,8 @@ def records_for(outcome: CaseOutcome, backend: str, judge_of=None) -> list[dict]
     """Result records of one backend at one case (one per output x golden, or one for a skip/error).
     ``judge_of(output, golden, passed, metrics)``: the ``cases.expectations.Judgement`` of a gated output."""
     spec = outcome.spec
-    base = {"case": spec.id, "case_spec": spec.asdict(), "backend": backend}
+    base = {"case": spec.id, "case_spec": spec.asdict(), "backend": backend,
+            "schedule": outcome.schedules.get(backend)}
     run = outcome.runs.get(backend)
     if outcome.error or run is None or not (outcome.comparison and backend in outcome.comparison["backends"]):
         status = "skipped" if run is not None and run.skipped else "error"

@@ -48,7 +48,12 @@ def pytest_configure(config):
         config.option.dist = "loadgroup"
     if not hasattr(config, "workerinput"):
         _check_device(config.getoption("--device"))
-        selected_backends(config)     # an import path that does not import is a usage error, before any case
+        from cases.evaluate import ScheduleError, declared_schedule
+        for backend in selected_backends(config):   # bad import paths and schedules stop the run here
+            try:
+                declared_schedule(backend)
+            except ScheduleError as exc:
+                raise pytest.UsageError(str(exc)) from exc
         config.stash[RESULTS_ROOT] = _writable_root(config.getoption("--results-dir"))
         baseline = config.getoption("--baseline")
         if baseline and Path(baseline).resolve() == config.stash[RESULTS_ROOT]:

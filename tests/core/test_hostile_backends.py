@@ -137,3 +137,20 @@ def test_a_pool_that_keeps_flushing_sends_the_process_single_threaded():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "POISONED: True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert "continues single-threaded" in proc.stdout and "KEPT: True THREADS: 1" in proc.stdout, proc.stdout
+
+
+def _declares_a_string(**inputs):
+    return torch_eager(**inputs)
+
+
+_declares_a_string.schedule = "article"
+
+
+def test_a_mistyped_schedule_fails_its_cell_and_stops_a_run_before_any_case(alone):
+    outcome = evaluate_case(SPEC, [Backend("typo", _declares_a_string), resolve("torch-eager")])
+    assert "fn.schedule is str" in outcome.runs["typo"].error
+    assert _verdicts(outcome, "torch-eager") == alone
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "cases/", "--backend",
+                           "tests.core.test_hostile_backends:_declares_a_string", "-k", "M2-K96"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4 and "fn.schedule is str" in proc.stderr + proc.stdout, proc.stdout[-2000:]

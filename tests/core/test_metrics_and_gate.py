@@ -108,3 +108,21 @@ def test_message_says_when_the_articles_gate_would_pass_zeros():
     m = stats([0.0, 0.0, 0.0], [1e-5, -2e-5, 3e-5])
     v = verdict("dw_g", "faithful", m, case="c", backend="b")
     assert "capped to" in v.message and "would PASS" in v.message and "all-zero output" in v.message
+
+
+def test_a_nan_failure_names_the_first_disagreeing_element():
+    from accuracy.gate import verdict
+    from accuracy.metrics import ErrorStats
+    from accuracy.tolerances import TOLERANCES
+    golden = torch.arange(1, 13, dtype=torch.float64).reshape(3, 4)
+    kernel = golden.clone().to(torch.bfloat16)
+    kernel[1, 2] = float("nan")
+    kernel[2, 0] = float("inf")
+    st = ErrorStats(TOLERANCES["dx"], (3, 4))
+    st.update(kernel[:2], golden[:2], row_offset=0)
+    st.update(kernel[2:], golden[2:], row_offset=2)
+    v = verdict("dx", "faithful", st.finalize(), case="c", backend="b")
+    assert not v.passed
+    assert "NaN in kernel only 1, NaN in golden only 0, Inf mismatched 1" in v.message
+    assert "First non-finite disagreement at index (1, 2): kernel nan, golden 7" in v.message
+    assert "Greatest absolute difference among finite pairs" in v.message
