@@ -150,6 +150,8 @@ def resolve_results(path: str | os.PathLike) -> Path:
     """The results file a path means: a JSON file itself; a run folder's results.json; a results
     directory's latest run; a folder with a results.json of the older flat layout."""
     p = Path(path)
+    if not p.exists():
+        raise ResultsNotFound(f"results directory {p} does not exist")
     if p.is_file():
         return p
     if (p / "results.json").is_file():

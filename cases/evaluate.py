@@ -20,6 +20,7 @@ from goldens.schedule import TiledSchedule
 from goldens.stream import DEFAULT_CHUNK_ROWS
 from kernels.pypto.schedule import ARTICLE
 from kernels.registry import Backend
+from kernels.isolated import can_isolate, run_isolated
 from kernels.runner import BackendRun, run_backend
 
 
@@ -51,12 +52,21 @@ class CaseOutcome:
 
 
 def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = "cpu",
-                  chunk_rows: int = DEFAULT_CHUNK_ROWS) -> CaseOutcome:
+                  chunk_rows: int = DEFAULT_CHUNK_ROWS, isolate: bool = False,
+                  cell_timeout: float | None = None) -> CaseOutcome:
+    """``isolate``: run each nameable backend in its own child process (``kernels.isolated``), so a
+    crash or a hang (past ``cell_timeout`` seconds) costs only its own cell."""
     try:
         inputs = make_inputs(spec, device)
     except Exception as exc:
         return CaseOutcome(spec, {}, error=f"case {spec.id}: inputs could not be made: {type(exc).__name__}: {exc}")
-    runs = {b.name: run_backend(b, inputs) for b in backends}
+
+    def run(b: Backend) -> BackendRun:
+        if isolate and can_isolate(b, device):
+            return run_isolated(b, spec, device, timeout=cell_timeout)
+        return run_backend(b, inputs)
+
+    runs = {b.name: run(b) for b in backends}
     ok = {name: run.outputs for name, run in runs.items() if run.ok}
     outcome = CaseOutcome(spec, runs)
     schedules = {}
@@ -94,7 +104,8 @@ def records_for(outcome: CaseOutcome, backend: str, judge_of=None) -> list[dict]
             "schedule": outcome.schedules.get(backend)}
     run = outcome.runs.get(backend)
     if outcome.error or run is None or not (outcome.comparison and backend in outcome.comparison["backends"]):
-        status = "skipped" if run is not None and run.skipped else "error"
+        status = ("skipped" if run is not None and run.skipped else
+                  run.status if run is not None and run.status else "error")
         message = outcome.error or (run.skipped or run.error if run else "backend did not run")
         return [{**base, "output": "*", "golden": "*", "status": status, "message": message,
                  "seconds": run.seconds if run else None}]

@@ -33,6 +33,12 @@ def pytest_addoption(parser):
     group.addoption("--baseline", default=None, metavar="DIR",
                     help="a previous --results-dir: the report lists new/fixed failures and worse metrics")
     group.addoption("--device", default="cpu", help="device the inputs, backends and goldens run on (cpu, cuda)")
+    group.addoption("--cell-timeout", type=float, default=1800.0, metavar="SECONDS",
+                    help="longest a backend call may take before its process is killed and the cell recorded "
+                         "timed_out (default 1800: the pypto CPU interpreter needs ~9 min at M=220000)")
+    group.addoption("--no-isolation", action="store_true",
+                    help="run backends in the worker process instead of a child process each (a crash then "
+                         "takes the worker down)")
     group.addoption("--chunk-rows", type=int, default=8192, metavar="N",
                     help="rows per streaming chunk of the goldens (memory vs. speed)")
 
@@ -40,6 +46,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if config.getoption("--seeds", default=1) < 1:
         raise pytest.UsageError("--seeds must be >= 1")
+    if config.getoption("--cell-timeout", default=1800.0) <= 0:
+        raise pytest.UsageError("--cell-timeout must be > 0 seconds")
     if config.getoption("--chunk-rows", default=8192) < 1:
         raise pytest.UsageError(f"--chunk-rows must be >= 1, got {config.getoption('--chunk-rows')}")
     # group cells of one case on one worker; harmless without xdist

@@ -24,7 +24,9 @@ def _outcome(config, spec):
     if spec.id not in _OUTCOMES:
         backends = config.stash[CELLS][spec.id]
         outcome = evaluate_case(spec, backends, device=config.getoption("--device"),
-                                chunk_rows=config.getoption("--chunk-rows"))
+                                chunk_rows=config.getoption("--chunk-rows"),
+                                isolate=not config.getoption("--no-isolation"),
+                                cell_timeout=config.getoption("--cell-timeout"))
         _OUTCOMES[spec.id] = outcome
         _PENDING[spec.id] = {b.name for b in backends}
         write_cell(shard_dir(config), _worker(config), f"{spec.id}--goldens", golden_records(outcome))

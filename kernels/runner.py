@@ -26,6 +26,7 @@ class BackendRun:
     error: str | None = None      # the cell fails with this message
     skipped: str | None = None    # the backend cannot run this case here; the cell skips
     seconds: float | None = None
+    status: str | None = None     # "crashed" or "timed_out" when its process died or was killed
 
     @property
     def ok(self) -> bool:

@@ -83,20 +83,63 @@ def test_two_concurrent_runs_keep_their_own_records(tmp_path):
     assert (results / "latest").read_text().strip() in runs
 
 
-def test_a_worker_killed_mid_run_leaves_its_cells_listed_as_missing(tmp_path):
-    """A backend that kills its process (os._exit) under -n 2: the run says which planned cells have
-    no record, in the terminal, in results.json, and with a non-zero exit status."""
-    plugin = tmp_path / "killer.py"
-    plugin.write_text("import os\nfrom kernels.torch_autograd import torch_eager\n"
-                      "def kill(**inputs):\n    if inputs['x'].shape[0] == 2:\n        os._exit(7)\n"
-                      "    return torch_eager(**inputs)\n")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = _pytest("-n", "2", "cases/", "--backend", "killer:kill", "-k", SMALL, "--results-dir",
-                   str(tmp_path / "results"), env=env)
+HOSTILE = """
+import ctypes, os, time
+from kernels.torch_autograd import torch_eager
+def kill(**inputs):
+    if inputs["x"].shape[0] == 2:
+        os._exit(7)
+    return torch_eager(**inputs)
+def segfault(**inputs):
+    if inputs["x"].shape[0] == 2:
+        ctypes.string_at(0)
+    return torch_eager(**inputs)
+def hang(**inputs):
+    if inputs["x"].shape[0] == 2:
+        time.sleep(600)
+    return torch_eager(**inputs)
+for f in (kill, segfault, hang):
+    f.schedule = torch_eager.schedule
+"""
+
+
+def _hostile_env(tmp_path):
+    (tmp_path / "hostile_kernels.py").write_text(HOSTILE)
+    return {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def _statuses(results):
+    return {(r["case"], r["backend"]): r["status"] for r in R.load_records(results)
+            if r.get("gated", True) and r["status"] != "info" and not r["backend"].startswith("golden")
+            and r.get("output") in ("dx", "*")}
+
+
+@pytest.mark.parametrize("name, death", [("kill", "exited with code 7"), ("segfault", "signal SIGSEGV"),
+                                         ("hang", "timed out: no result after 20 s")])
+def test_a_backend_that_kills_or_hangs_its_process_costs_only_its_own_cell(tmp_path, name, death):
+    """Under -n 2, at M=2: the cell is recorded crashed/timed_out with the exit code, signal or
+    timeout; torch-eager at the same case and the same backend at the next case get their verdicts."""
+    backend = f"hostile_kernels:{name}"
+    proc = _pytest("-n", "2", "cases/", "--backend", backend, "--backend", "torch-eager", "-k", SMALL,
+                   "--cell-timeout", "20", "--results-dir", str(tmp_path / "results"), env=_hostile_env(tmp_path))
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert death in proc.stdout, proc.stdout[-3000:]
+    statuses = _statuses(tmp_path / "results")
+    assert statuses[("M2-K96-N200-unit-s0", backend)] == ("timed_out" if name == "hang" else "crashed")
+    assert statuses[("M2-K96-N200-unit-s0", "torch-eager")] == "pass"
+    assert statuses[("M1-K96-N200-saturating-s0", backend)] == "pass"
+    assert R.load_results(tmp_path / "results")["missing"] == []
+
+
+def test_without_isolation_a_killed_worker_leaves_its_cells_listed_as_missing(tmp_path):
+    """--no-isolation: the backend's os._exit takes the xdist worker down; the run then says which
+    planned cells have no record, in the terminal, in results.json and with a non-zero exit status."""
+    proc = _pytest("-n", "2", "cases/", "--no-isolation", "--backend", "hostile_kernels:kill", "-k", SMALL,
+                   "--results-dir", str(tmp_path / "results"), env=_hostile_env(tmp_path))
     assert proc.returncode != 0
-    assert "MISSING: case M2-K96-N200-unit-s0, backend 'killer:kill'" in proc.stdout, proc.stdout[-3000:]
+    assert "MISSING: case M2-K96-N200-unit-s0, backend 'hostile_kernels:kill'" in proc.stdout, proc.stdout[-3000:]
     data = R.load_results(tmp_path / "results")
-    assert {"case": "M2-K96-N200-unit-s0", "backend": "killer:kill"} in data["missing"]
+    assert {"case": "M2-K96-N200-unit-s0", "backend": "hostile_kernels:kill"} in data["missing"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,0 +1,163 @@
+"""Each backend in a child process of its own: a crash or a hang costs only its own cell.
+
+A backend is someone else's unfinished kernel: it may segfault, call ``os._exit``,
+be killed by the OOM killer, or never return. Run in the framework's process, any of
+these takes down the pytest-xdist worker and every case still queued on it. Here
+each backend gets one long-lived child process (spawned, so no thread pool or lock
+is inherited), which regenerates the case's inputs from the case id (bit-identical:
+``cases.spec.make_inputs``), runs the backend through ``kernels.runner.run_backend``
+(contract checks, state sealing) and hands the outputs back through shared memory:
+one copy into shared pages, no pickle of the tensors' bytes. The parent waits at
+most ``timeout`` seconds for the backend call (input generation and the hand-over
+are not the backend's time): past it the child is killed and the cell is recorded
+``timed_out``; a child that dies is recorded ``crashed`` with its exit code or
+signal, and the next case gets a fresh child. The child lives across cases, so
+compile caches (torch.compile, triton) stay warm.
+
+Only backends that can be named (a registered name or ``package.module:callable``)
+and inputs on the CPU run isolated; anything else runs in-process, as before.
+"""
+from __future__ import annotations
+
+import atexit
+import signal
+import time
+import torch.multiprocessing as mp
+
+from cases.spec import CaseSpec
+from kernels.registry import Backend, BackendNotFound, resolve
+from kernels.runner import BackendRun
+
+_CTX = mp.get_context("spawn")
+START_SECONDS = 300          # spawning a child and importing torch + the backend: seconds, not minutes
+
+
+def _child(name: str, conn) -> None:
+    """The child's loop: one request (case spec, device) at a time, until told to stop (None)."""
+    from cases.spec import make_inputs
+    from kernels.runner import run_backend
+    backend = resolve(name)
+    conn.send("ready")
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):    # the parent is gone
+            return
+        if request is None:
+            return
+        spec, device = request
+        inputs = make_inputs(CaseSpec(*spec), device)
+        conn.send(("started", time.monotonic()))
+        run = run_backend(backend, inputs)
+        del inputs
+        if run.outputs is not None:
+            run.outputs = {k: v.share_memory_() for k, v in run.outputs.items()}
+        conn.send(("done", run))
+
+
+class _Child:
+    def __init__(self, name: str):
+        self.name = name
+        self.conn, child_conn = _CTX.Pipe()
+        self.proc = _CTX.Process(target=_child, args=(name, child_conn), daemon=True,
+                                 name=f"backend:{name}")
+        self.proc.start()
+        child_conn.close()
+        if not self.conn.poll(START_SECONDS):
+            self.kill()
+            raise RuntimeError(f"backend {name!r}: its child process did not start in {START_SECONDS} s")
+        self.conn.recv()
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(10)
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+            self.proc.join(10)
+        except (OSError, EOFError):
+            pass
+        self.kill()
+
+    def death(self) -> str:
+        self.proc.join(10)
+        code = self.proc.exitcode
+        if code is None:
+            return "its process stopped answering"
+        if code < 0:
+            try:
+                return f"its process was killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"its process was killed by signal {-code}"
+        return f"its process exited with code {code}"
+
+
+_CHILDREN: dict[str, _Child] = {}
+
+
+def _stop_all() -> None:
+    for child in _CHILDREN.values():
+        child.stop()
+    _CHILDREN.clear()
+
+
+atexit.register(_stop_all)
+
+
+def can_isolate(backend: Backend, device: str) -> bool:
+    """A backend the child can resolve to the same callable, on the CPU."""
+    if str(device).split(":")[0] != "cpu":
+        return False
+    try:
+        return resolve(backend.name).fn is backend.fn
+    except BackendNotFound:
+        return False
+
+
+TIMED_OUT = ("timed_out",)
+
+
+def _wait(child: _Child, timeout: float | None) -> tuple | None:
+    """The child's next message; ``TIMED_OUT`` when ``timeout`` passed (the child is killed);
+    None when it died."""
+    if not child.conn.poll(timeout):
+        child.kill()
+        return TIMED_OUT
+    try:
+        return child.conn.recv()
+    except (EOFError, OSError):
+        return None
+
+
+def run_isolated(backend: Backend, spec: CaseSpec, device: str, *, timeout: float | None) -> BackendRun:
+    """``run_backend`` in the backend's child process; crashes and timeouts become the cell's record."""
+    child = _CHILDREN.get(backend.name)
+    if child is None or not child.alive():
+        child = _CHILDREN[backend.name] = _Child(backend.name)
+    start = time.perf_counter()
+    try:
+        child.conn.send(((spec.m, spec.k, spec.n, spec.scale, spec.seed), device))
+    except (OSError, EOFError):
+        _CHILDREN.pop(backend.name, None)
+        return BackendRun(backend.name, error=f"backend {backend.name!r} crashed: {child.death()}",
+                          status="crashed")
+    started = _wait(child, START_SECONDS)   # inputs are made in the child: not the backend's time
+    done = _wait(child, timeout) if started not in (None, TIMED_OUT) else started
+    if done is TIMED_OUT and started is not TIMED_OUT:
+        _CHILDREN.pop(backend.name, None)
+        return BackendRun(backend.name, error=f"backend {backend.name!r} timed out: no result after {timeout:g} s "
+                                              f"(--cell-timeout); its process was killed",
+                          seconds=time.perf_counter() - start, status="timed_out")
+    if done is None or done is TIMED_OUT:
+        _CHILDREN.pop(backend.name, None)
+        return BackendRun(backend.name, error=f"backend {backend.name!r} crashed: {child.death()}",
+                          seconds=time.perf_counter() - start, status="crashed")
+    run = done[1]
+    if run.outputs is not None:
+        run.outputs = {k: v.to(device) for k, v in run.outputs.items()}
+    return run
