@@ -39,6 +39,19 @@ def _release(spec, backend):
         del _OUTCOMES[spec.id], _PENDING[spec.id]
 
 
+def rerun_command(config, spec, backend: str) -> str:
+    """One command that reruns this cell alone (its inputs regenerate from the case id)."""
+    import shlex
+    args = ["pytest", "cases/", "-p", "no:xdist", "--backend", backend, "-k", f"{spec.id}-{backend}"]
+    if config.getoption("--profile") != "quick":
+        args += ["--profile", config.getoption("--profile")]
+    if spec.seed > 0:
+        args += ["--seeds", str(spec.seed + 1)]
+    if config.getoption("--device") != "cpu":
+        args += ["--device", config.getoption("--device")]
+    return "Rerun this cell alone: " + " ".join(shlex.quote(a) for a in args)
+
+
 def test_cell(cell, request):
     __tracebackhide__ = True
     spec, backend = cell
@@ -59,7 +72,7 @@ def test_cell(cell, request):
         if outcome.error:
             pytest.fail(outcome.error, pytrace=False)
         if run is not None and run.error:
-            pytest.fail(f"case {spec.id}: {run.error}", pytrace=False)
+            pytest.fail(f"case {spec.id}: {run.error}\n\n{rerun_command(config, spec, backend.name)}", pytrace=False)
 
         gated = [r for r in records if r.get("gated")]
         unexpected = [r for r in gated if r["status"] == "fail"]   # beyond the gate, or beyond a known failure's bound
@@ -74,7 +87,7 @@ def test_cell(cell, request):
                 f"(expected because: {r['expected_reason']}). Remove or narrow its entry in cases/expectations/."
                 for r in fixed))
         if problems:
-            raise AccuracyError("\n\n".join(problems))
+            raise AccuracyError("\n\n".join(problems) + "\n\n" + rerun_command(config, spec, backend.name))
         if known:
             pytest.xfail("; ".join(f"{r['output']}: {r['expected_reason']}" for r in known))
     finally:

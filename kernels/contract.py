@@ -94,7 +94,8 @@ def validate_outputs(backend: str, outputs: object, inputs: Mapping[str, torch.T
                             f"{list(OUTPUT_NAMES)}")
     missing = [n for n in OUTPUT_NAMES if n not in outputs]
     if missing:
-        raise ContractError(f"backend {backend!r} did not return {missing} (returned {sorted(outputs)})")
+        raise ContractError(f"backend {backend!r} did not return {missing} "
+                            f"(returned {sorted(repr(k) for k in outputs)})")
     m, k, n = dims(inputs)
     device = inputs["x"].device
     checked = {}
@@ -102,6 +103,9 @@ def validate_outputs(backend: str, outputs: object, inputs: Mapping[str, torch.T
         t = outputs[name]
         if not isinstance(t, torch.Tensor):
             raise ContractError(f"backend {backend!r} output {name!r} is {type(t).__name__}, expected a torch.Tensor")
+        if t.layout != torch.strided:
+            raise ContractError(f"backend {backend!r} output {name!r} has layout {t.layout}, expected a dense "
+                                f"(strided) tensor")
         if t.dtype != DTYPE:
             raise ContractError(f"backend {backend!r} output {name!r} has dtype {t.dtype}, expected {DTYPE}")
         if tuple(t.shape) != shape:

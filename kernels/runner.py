@@ -77,6 +77,9 @@ def run_backend(backend: Backend, inputs: Mapping[str, torch.Tensor]) -> Backend
         outputs = validate_outputs(backend.name, raw, inputs)
     except ContractError as exc:
         return BackendRun(backend.name, error=str(exc), seconds=seconds)
+    except Exception as exc:   # a returned object whose own methods raise (a hostile Mapping, say)
+        return BackendRun(backend.name, error=f"backend {backend.name!r} returned outputs that cannot be read: "
+                                              f"{describe(exc)}", seconds=seconds)
     changed = mutated_inputs(inputs, clones)
     if changed:
         return BackendRun(backend.name, error=f"backend {backend.name!r} wrote into its inputs {changed}: a kernel "

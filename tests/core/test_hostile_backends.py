@@ -154,3 +154,32 @@ def test_a_mistyped_schedule_fails_its_cell_and_stops_a_run_before_any_case(alon
                            "tests.core.test_hostile_backends:_declares_a_string", "-k", "M2-K96"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 4 and "fn.schedule is str" in proc.stderr + proc.stdout, proc.stdout[-2000:]
+
+
+class _RaisingMapping(dict):
+    def __getitem__(self, key):
+        raise RuntimeError("boom")
+
+
+def _returns_raising_mapping(**inputs):
+    return _RaisingMapping(torch_eager(**inputs))
+
+
+def _returns_int_key(**inputs):
+    return {0: inputs["x"]}
+
+
+def _returns_sparse_dg(**inputs):
+    out = torch_eager(**inputs)
+    return {**out, "dg": out["dg"].to_sparse()}
+
+
+@pytest.mark.parametrize("fn, text", [
+    (_returns_raising_mapping, "returned outputs that cannot be read: RuntimeError: boom"),
+    (_returns_int_key, "did not return ['dg'"),
+    (_returns_sparse_dg, "output 'dg' has layout torch.sparse_coo, expected a dense"),
+])
+def test_odd_return_values_fail_only_their_cell(fn, text, alone):
+    outcome = evaluate_case(SPEC, [Backend("odd", fn), resolve("torch-eager")])
+    assert text in outcome.runs["odd"].error, outcome.runs["odd"].error
+    assert _verdicts(outcome, "torch-eager") == alone
