@@ -39,7 +39,7 @@ def ordinal(t: torch.Tensor) -> torch.Tensor:
     return torch.where(bits < 0, -(bits & magnitude_mask), bits)
 
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.dtype.is_floating_point:
         n = _INT_OF[a.element_size()]
         return a.contiguous().view(n) == b.contiguous().view(n)
@@ -65,7 +65,7 @@ class _Spread:
             self.shape_changed = True
             return
         t = t.detach().to(self.first.device)
-        self.differs |= ~_same_bits(t, self.first)
+        self.differs |= ~same_bits(t, self.first)
         nan = torch.isnan(t) if t.dtype.is_floating_point else torch.zeros_like(self.differs)
         self.any_nan |= nan
         self.all_nan &= nan

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from accuracy.compare import compare_case
+from accuracy.determinism import same_bits, compare_runs
 from accuracy.gate import Verdict, gated_verdicts
 from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import TiledSchedule
@@ -51,11 +52,18 @@ class CaseOutcome:
     error: str | None = None    # the case itself could not be evaluated (inputs, goldens)
 
 
+def _bit_identical(a: dict, b: dict) -> bool:
+    return all(bool(same_bits(a[o], b[o]).all()) for o in a)
+
+
 def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = "cpu",
                   chunk_rows: int = DEFAULT_CHUNK_ROWS, isolate: bool = False,
-                  cell_timeout: float | None = None) -> CaseOutcome:
+                  cell_timeout: float | None = None, repeats: int = 1) -> CaseOutcome:
     """``isolate``: run each nameable backend in its own child process (``kernels.isolated``), so a
-    crash or a hang (past ``cell_timeout`` seconds) costs only its own cell."""
+    crash or a hang (past ``cell_timeout`` seconds) costs only its own cell.
+    ``repeats``: run each backend that many times; its run records whether the repeats are bit-identical
+    to the first (``accuracy.determinism``), and every repeat that is not is gated too: an output
+    passes only if it passes in every repeat."""
     try:
         inputs = make_inputs(spec, device)
     except Exception as exc:
@@ -67,7 +75,28 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         return run_backend(b, inputs)
 
     runs = {b.name: run(b) for b in backends}
+    repeat_of: dict[str, str] = {}    # "name#repeatI" -> name, for repeats that differ from the first run
     ok = {name: run.outputs for name, run in runs.items() if run.ok}
+    for b in backends:
+        first = runs[b.name]
+        if repeats < 2 or not first.ok:
+            continue
+        differing = []
+        for i in range(2, repeats + 1):
+            again = run(b)
+            if not again.ok:
+                first.error = f"repeat {i} of {repeats}: {again.error or again.skipped}"
+                first.status, first.outputs = again.status, None
+                del ok[b.name]
+                break
+            if not _bit_identical(first.outputs, again.outputs):
+                differing.append((i, again.outputs))
+        else:
+            first.determinism = {**compare_runs([first.outputs] + [o for _, o in differing]), "repeats": repeats,
+                                 "differing_repeats": [i for i, _ in differing]}
+            for i, outputs in differing:
+                ok[f"{b.name}#repeat{i}"] = outputs
+                repeat_of[f"{b.name}#repeat{i}"] = b.name
     outcome = CaseOutcome(spec, runs)
     schedules = {}
     for b in backends:
@@ -77,7 +106,12 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
             except ScheduleError as exc:     # that backend's cell fails; the others are compared
                 runs[b.name].error, runs[b.name].outputs = str(exc), None
                 del ok[b.name]
-    outcome.schedules = {name: sched.name for name, sched in schedules.items()}
+    for key, name in repeat_of.items():
+        if name in schedules:
+            schedules[key] = schedules[name]
+        else:
+            del ok[key]
+    outcome.schedules = {name: sched.name for name, sched in schedules.items() if name not in repeat_of}
     start = time.perf_counter()
     try:
         outcome.comparison = compare_case(inputs, ok, schedules, chunk_rows=chunk_rows)
@@ -93,7 +127,22 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     for name in outcome.comparison["backends"]:
         outcome.verdicts[name] = gated_verdicts(outcome.comparison["backends"][name], case=spec.id, backend=name,
                                                 attribution=outcome.comparison["attribution"][name])
+    _fold_repeats(outcome, repeat_of, repeats)
     return outcome
+
+
+def _fold_repeats(outcome: CaseOutcome, repeat_of: Mapping[str, str], repeats: int) -> None:
+    """An output of a backend takes the verdict (and metrics) of its first failing repeat."""
+    comparison = outcome.comparison
+    for key, name in repeat_of.items():
+        for o, v in outcome.verdicts.pop(key).items():
+            if outcome.verdicts[name][o].passed and not v.passed:
+                i = key.rsplit("#repeat", 1)[1]
+                outcome.verdicts[name][o] = replace(
+                    v, message=f"Repeat {i} of {repeats} (not bit-identical to the first run): " + v.message)
+                comparison["backends"][name][o] = comparison["backends"][key][o]
+        comparison["backends"].pop(key)
+        comparison["attribution"].pop(key)
 
 
 def records_for(outcome: CaseOutcome, backend: str, judge_of=None) -> list[dict]:
@@ -118,6 +167,11 @@ def records_for(outcome: CaseOutcome, backend: str, judge_of=None) -> list[dict]
             gated = golden == verdict.golden
             rec = {**base, "output": output, "golden": golden, "gated": gated, "metrics": m,
                    "seconds": run.seconds, "attribution": attribution[output]}
+            if run.determinism is not None:
+                rec["determinism"] = {"repeats": run.determinism["repeats"],
+                                      "bit_identical": run.determinism["bit_identical"],
+                                      "differing_repeats": run.determinism["differing_repeats"],
+                                      **run.determinism["outputs"].get(output, {})}
             if gated:
                 judgement = judge_of(output, golden, verdict.passed, m) if judge_of else None
                 rec["status"] = judgement.status if judgement else ("pass" if verdict.passed else "fail")

@@ -36,6 +36,9 @@ def pytest_addoption(parser):
     group.addoption("--cell-timeout", type=float, default=1800.0, metavar="SECONDS",
                     help="longest a backend call may take before its process is killed and the cell recorded "
                          "timed_out (default 1800: the pypto CPU interpreter needs ~9 min at M=220000)")
+    group.addoption("--repeats", type=int, default=1, metavar="N",
+                    help="run each backend N times per case: records bit-identity and spread, and an output "
+                         "passes only if every repeat passes (default 1)")
     group.addoption("--no-isolation", action="store_true",
                     help="run backends in the worker process instead of a child process each (a crash then "
                          "takes the worker down)")
@@ -46,6 +49,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if config.getoption("--seeds", default=1) < 1:
         raise pytest.UsageError("--seeds must be >= 1")
+    if config.getoption("--repeats", default=1) < 1:
+        raise pytest.UsageError("--repeats must be >= 1")
     if config.getoption("--cell-timeout", default=1800.0) <= 0:
         raise pytest.UsageError("--cell-timeout must be > 0 seconds")
     if config.getoption("--chunk-rows", default=8192) < 1:

@@ -26,7 +26,8 @@ def _outcome(config, spec):
         outcome = evaluate_case(spec, backends, device=config.getoption("--device"),
                                 chunk_rows=config.getoption("--chunk-rows"),
                                 isolate=not config.getoption("--no-isolation"),
-                                cell_timeout=config.getoption("--cell-timeout"))
+                                cell_timeout=config.getoption("--cell-timeout"),
+                                repeats=config.getoption("--repeats"))
         _OUTCOMES[spec.id] = outcome
         _PENDING[spec.id] = {b.name for b in backends}
         write_cell(shard_dir(config), _worker(config), f"{spec.id}--goldens", golden_records(outcome))
@@ -49,6 +50,8 @@ def rerun_command(config, spec, backend: str) -> str:
         args += ["--seeds", str(spec.seed + 1)]
     if config.getoption("--device") != "cpu":
         args += ["--device", config.getoption("--device")]
+    if config.getoption("--repeats") > 1:
+        args += ["--repeats", str(config.getoption("--repeats"))]
     return "Rerun this cell alone: " + " ".join(shlex.quote(a) for a in args)
 
 
@@ -65,6 +68,9 @@ def test_cell(cell, request):
                                              metrics, device=device, facts=facts)
 
         records = records_for(outcome, backend.name, judge)
+        rerun = rerun_command(config, spec, backend.name)
+        for r in records:
+            r["rerun"] = rerun
         write_cell(shard_dir(config), _worker(config), f"{spec.id}--{backend.name}", records)
         run = outcome.runs.get(backend.name)
         if run is not None and run.skipped:
@@ -72,7 +78,7 @@ def test_cell(cell, request):
         if outcome.error:
             pytest.fail(outcome.error, pytrace=False)
         if run is not None and run.error:
-            pytest.fail(f"case {spec.id}: {run.error}\n\n{rerun_command(config, spec, backend.name)}", pytrace=False)
+            pytest.fail(f"case {spec.id}: {run.error}\n\n{rerun}", pytrace=False)
 
         gated = [r for r in records if r.get("gated")]
         unexpected = [r for r in gated if r["status"] == "fail"]   # beyond the gate, or beyond a known failure's bound
@@ -87,7 +93,7 @@ def test_cell(cell, request):
                 f"(expected because: {r['expected_reason']}). Remove or narrow its entry in cases/expectations/."
                 for r in fixed))
         if problems:
-            raise AccuracyError("\n\n".join(problems) + "\n\n" + rerun_command(config, spec, backend.name))
+            raise AccuracyError("\n\n".join(problems) + "\n\n" + rerun)
         if known:
             pytest.xfail("; ".join(f"{r['output']}: {r['expected_reason']}" for r in known))
     finally:

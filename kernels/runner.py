@@ -27,6 +27,7 @@ class BackendRun:
     skipped: str | None = None    # the backend cannot run this case here; the cell skips
     seconds: float | None = None
     status: str | None = None     # "crashed" or "timed_out" when its process died or was killed
+    determinism: dict | None = None   # with --repeats: bit-identity and spread over the repeats
 
     @property
     def ok(self) -> bool:

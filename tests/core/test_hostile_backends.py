@@ -183,3 +183,30 @@ def test_odd_return_values_fail_only_their_cell(fn, text, alone):
     outcome = evaluate_case(SPEC, [Backend("odd", fn), resolve("torch-eager")])
     assert text in outcome.runs["odd"].error, outcome.runs["odd"].error
     assert _verdicts(outcome, "torch-eager") == alone
+
+
+_CALLS = {"n": 0}
+
+
+def _flaky(**inputs):
+    """Correct on odd calls; on even calls dw_g is off by a factor 1.5: a nondeterministic kernel."""
+    _CALLS["n"] += 1
+    out = torch_eager(**inputs)
+    return out if _CALLS["n"] % 2 else {**out, "dw_g": (out["dw_g"].float() * 1.5).bfloat16()}
+
+
+_flaky.schedule = torch_eager.schedule
+
+
+def test_repeats_record_determinism_and_every_repeat_is_gated():
+    spec = CaseSpec(1025, 96, 200, "unit", 0)
+    _CALLS["n"] = 0
+    outcome = evaluate_case(spec, [Backend("flaky", _flaky), resolve("torch-eager")], repeats=3)
+    assert outcome.runs["flaky"].determinism["bit_identical"] is False
+    assert outcome.runs["flaky"].determinism["differing_repeats"] == [2]
+    assert outcome.runs["torch-eager"].determinism["bit_identical"] is True
+    v = outcome.verdicts["flaky"]
+    assert not v["dw_g"].passed and v["dw_g"].message.startswith("Repeat 2 of 3 (not bit-identical")
+    assert all(v[o].passed for o in v if o != "dw_g"), {o: v[o].message for o in v if not v[o].passed}
+    assert all(x.passed for x in outcome.verdicts["torch-eager"].values())
+    assert set(outcome.comparison["backends"]) == {"flaky", "torch-eager"}

@@ -124,6 +124,8 @@ def test_a_backend_that_kills_or_hangs_its_process_costs_only_its_own_cell(tmp_p
                    "--cell-timeout", "20", "--results-dir", str(tmp_path / "results"), env=_hostile_env(tmp_path))
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert death in proc.stdout, proc.stdout[-3000:]
+    assert (f"Rerun this cell alone: pytest cases/ -p no:xdist --backend {backend} "
+            f"-k M2-K96-N200-unit-s0-{backend}") in proc.stdout, proc.stdout[-3000:]
     statuses = _statuses(tmp_path / "results")
     assert statuses[("M2-K96-N200-unit-s0", backend)] == ("timed_out" if name == "hang" else "crashed")
     assert statuses[("M2-K96-N200-unit-s0", "torch-eager")] == "pass"
