@@ -7,37 +7,61 @@ and fails when a known failure has gone away, so that file stays true.
 """
 from __future__ import annotations
 
+import fcntl
+import json
+
 import pytest
 
 from accuracy.gate import AccuracyError
+from accuracy.results import _safe, to_json, write_atomic, write_cell
 from cases import expectations
 from cases.evaluate import evaluate_case, golden_records, records_for
-from cases.plugin import CELLS, _worker, platform_facts, shard_dir
-from accuracy.results import write_cell
+from cases.plugin import CELLS, _worker, platform_facts, run_folder, shard_dir
 
-_OUTCOMES: dict = {}       # case id -> CaseOutcome, per worker process
-_PENDING: dict = {}        # case id -> backends still to report
+_CASES: dict = {}          # case id -> the case's evaluated cells (JSON), per worker process
+_PENDING: dict = {}        # case id -> backends this process has still to report
 _EXPECTATIONS = expectations.load()
 
 
-def _outcome(config, spec):
-    if spec.id not in _OUTCOMES:
-        backends = config.stash[CELLS][spec.id]
-        outcome = evaluate_case(spec, backends, device=config.getoption("--device"),
-                                chunk_rows=config.getoption("--chunk-rows"),
-                                isolate=not config.getoption("--no-isolation"),
-                                cell_timeout=config.getoption("--cell-timeout"),
-                                repeats=config.getoption("--repeats"))
-        _OUTCOMES[spec.id] = outcome
-        _PENDING[spec.id] = {b.name for b in backends}
-        write_cell(shard_dir(config), _worker(config), f"{spec.id}--goldens", golden_records(outcome))
-    return _OUTCOMES[spec.id]
+def _evaluate(config, spec) -> dict:
+    """Evaluate one case (every backend, one golden pass) and judge every backend's outputs."""
+    backends = config.stash[CELLS][spec.id]
+    device, facts = config.getoption("--device"), platform_facts(config)
+    outcome = evaluate_case(spec, backends, device=device, chunk_rows=config.getoption("--chunk-rows"),
+                            isolate=not config.getoption("--no-isolation"),
+                            cell_timeout=config.getoption("--cell-timeout"), repeats=config.getoption("--repeats"))
+    write_cell(shard_dir(config), _worker(config), f"{spec.id}--goldens", golden_records(outcome))
+    cells = {}
+    for b in backends:
+        def judge(output, golden, passed, metrics, name=b.name):
+            return expectations.judge_output(_EXPECTATIONS, name, spec.id, output, golden, passed,
+                                             metrics, device=device, facts=facts)
+        run = outcome.runs.get(b.name)
+        cells[b.name] = {"records": records_for(outcome, b.name, judge),
+                         "skipped": run.skipped if run else None, "error": run.error if run else None}
+    return to_json({"error": outcome.error, "cells": cells})
+
+
+def _case(config, spec) -> dict:
+    """The case's cells, evaluated exactly once per run whatever the xdist scheduling: the first
+    worker to reach the case evaluates it under a lock in the run folder, the others read its result."""
+    if spec.id not in _CASES:
+        folder = run_folder(config) / "cases"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{_safe(spec.id)}.json"
+        with open(folder / f"{_safe(spec.id)}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.exists():
+                write_atomic(path, _evaluate(config, spec))
+            _CASES[spec.id] = json.loads(path.read_text())
+        _PENDING[spec.id] = set(_CASES[spec.id]["cells"])
+    return _CASES[spec.id]
 
 
 def _release(spec, backend):
     _PENDING[spec.id].discard(backend)
     if not _PENDING[spec.id]:
-        del _OUTCOMES[spec.id], _PENDING[spec.id]
+        del _CASES[spec.id], _PENDING[spec.id]
 
 
 def rerun_command(config, spec, backend: str) -> str:
@@ -59,26 +83,20 @@ def test_cell(cell, request):
     __tracebackhide__ = True
     spec, backend = cell
     config = request.config
-    outcome = _outcome(config, spec)
+    case = _case(config, spec)
     try:
-        device, facts = config.getoption("--device"), platform_facts(config)
-
-        def judge(output, golden, passed, metrics):
-            return expectations.judge_output(_EXPECTATIONS, backend.name, spec.id, output, golden, passed,
-                                             metrics, device=device, facts=facts)
-
-        records = records_for(outcome, backend.name, judge)
+        cell = case["cells"][backend.name]
+        records = cell["records"]
         rerun = rerun_command(config, spec, backend.name)
         for r in records:
             r["rerun"] = rerun
         write_cell(shard_dir(config), _worker(config), f"{spec.id}--{backend.name}", records)
-        run = outcome.runs.get(backend.name)
-        if run is not None and run.skipped:
-            pytest.skip(run.skipped)
-        if outcome.error:
-            pytest.fail(outcome.error, pytrace=False)
-        if run is not None and run.error:
-            pytest.fail(f"case {spec.id}: {run.error}\n\n{rerun}", pytrace=False)
+        if cell["skipped"]:
+            pytest.skip(cell["skipped"])
+        if case["error"]:
+            pytest.fail(case["error"], pytrace=False)
+        if cell["error"]:
+            pytest.fail(f"case {spec.id}: {cell['error']}\n\n{rerun}", pytrace=False)
 
         gated = [r for r in records if r.get("gated")]
         unexpected = [r for r in gated if r["status"] == "fail"]   # beyond the gate, or beyond a known failure's bound

@@ -161,3 +161,17 @@ def test_bad_options_stop_before_any_case(args, message):
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert message in proc.stderr + proc.stdout
     assert "passed" not in proc.stdout and "failed" not in proc.stdout
+
+
+def test_each_case_is_evaluated_once_per_run_whatever_the_scheduling(tmp_path):
+    """Under -n 2 with two backends, each case's goldens (written once per evaluation) appear once,
+    and both backends of every case have their records."""
+    results = tmp_path / "results"
+    proc = _pytest("-n", "2", "cases/", "--backend", "torch-eager", "--backend", "tiled-emulation", "-k",
+                   "M1-K or M2-K or M1023", "--results-dir", str(results))
+    assert proc.returncode in (0, 1), proc.stdout[-3000:]
+    run = R.run_dir(results, (results / "latest").read_text().strip())
+    goldens = [p.name for p in (run / "shards").glob("*/*--goldens.json")]
+    assert sorted(goldens) == sorted(set(goldens)) and len(goldens) == 4, goldens
+    cells = {(r["case"], r["backend"]) for r in R.load_records(results) if not r["backend"].startswith("golden")}
+    assert len(cells) == 8
