@@ -11,7 +11,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import torch
 
 from accuracy.compare import compare_case
 from accuracy.determinism import same_bits, compare_runs
@@ -201,9 +200,3 @@ def golden_records(outcome: CaseOutcome) -> list[dict]:
              "output": output, "golden": pair.split(" vs ")[1], "status": "info", "metrics": m,
              "seconds": outcome.golden_seconds}
             for pair, per_output in outcome.comparison["goldens"].items() for output, m in per_output.items()]
-
-
-def device_of(name: str) -> str:
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"--device {name}: no CUDA device is present on this machine")
-    return name

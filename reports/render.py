@@ -39,27 +39,13 @@ def load(results: str | os.PathLike) -> list[dict]:
     return [r for r in load_records(path) if isinstance(r, Mapping)]
 
 
-def _run_info(results: str | os.PathLike) -> dict:
+def _run_info(data: Mapping) -> dict:
     """Which file and run the page shows, and what the run lacks (missing cells, unreadable shards)."""
-    from accuracy.results import load_results
-    try:
-        data = load_results(results)
-    except (OSError, ValueError):
-        return {}
     return {"source": data.get("source"), "run": data.get("run"), "missing": data.get("missing") or [],
             "unreadable": data.get("unreadable_shards") or []}
 
 
 # --------------------------------------------------------------------------- formatting filters
-
-def _manifest(results: str | os.PathLike) -> dict | None:
-    """The run manifest beside the records, if the results carry one (older results do not)."""
-    from accuracy.results import load_manifest
-    try:
-        return load_manifest(results)
-    except (OSError, ValueError):
-        return None
-
 
 def fmt_num(v, digits: int = 3) -> str:
     x = D.num(v)
@@ -219,9 +205,13 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
         old.unlink()
 
     t0 = time.perf_counter()
-    records = load(results_dir)
-    platform = D.platform_summary(_manifest(results_dir))
-    run_info = _run_info(results_dir)
+    from accuracy.results import load_results
+    if not Path(results_dir).exists():
+        raise FileNotFoundError(f"results directory {results_dir} does not exist")
+    data = load_results(results_dir)          # read once: records, manifest and run facts
+    records = [r for r in data["records"] if isinstance(r, Mapping)]
+    platform = D.platform_summary(data.get("manifest"))
+    run_info = _run_info(data)
     idx = D.index(records)
     cells = D.verdict_cells(idx)
     counts = D.status_counts(cells, idx.backends)
