@@ -11,7 +11,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-
 from accuracy.compare import compare_case
 from accuracy.determinism import same_bits, compare_runs
 from accuracy.gate import Verdict, gated_verdicts
