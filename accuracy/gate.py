@@ -28,6 +28,11 @@ class Verdict:
     vacuous_seed_gate: bool     # would the article's gate accept all zeros here?
     atol_capped: bool           # did the magnitude-aware atol replace the article's?
     message: str
+    # the four checks an output must pass (None: not made for this output)
+    elementwise_passed: bool = True
+    scale_passed: bool | None = None        # fitted scale beta within the model's noise
+    direction_passed: bool | None = None    # errors as often toward zero as away from it
+    own_passed: bool | None = None          # db, dw, dx consistent with the kernel's own dg, dfc
 
 
 def _idx(index) -> str:
@@ -38,10 +43,55 @@ def _g(x) -> str:
     return "n/a" if x is None else f"{x:.6g}"
 
 
+def aggregate_checks(metrics: Mapping) -> tuple[bool | None, bool | None]:
+    """(scale, direction) of the aggregate tests, or (None, None) where they were not made."""
+    agg = metrics.get("aggregate")
+    if not agg:
+        return None, None
+    direction = (None if agg["direction_imbalance"] is None
+                 else abs(agg["direction_imbalance"]) <= agg["direction_allowed"])
+    return abs(agg["scale_beta"]) <= agg["scale_allowed"], direction
+
+
+def _aggregate_lines(agg: Mapping, scale_ok: bool, direction_ok: bool) -> list[str]:
+    lines = []
+    if not scale_ok:
+        lines.append(f"Fitted scale: kernel = (1 {'+' if agg['scale_beta'] >= 0 else '-'} "
+                     f"{abs(agg['scale_beta']):.3g}) x FP64 (beta {agg['scale_beta']:.3g}, allowed +-"
+                     f"{agg['scale_allowed']:.3g}: 7.5 sigma of a correct kernel's noise plus its rounding bias): "
+                     f"a uniform relative error")
+    if direction_ok is False:
+        counted = agg["toward_zero"] + agg["away_from_zero"]
+        share_t = agg["toward_zero"] / counted if counted else 0.0
+        kind = ("round-toward-zero (truncating) stores or a flush to zero" if agg["direction_imbalance"] > 0
+                else "rounding away from zero")
+        lines.append(f"Rounding direction: of {counted} errors of 1/4 to 1 ULP, {100 * share_t:.3g}% toward zero, "
+                     f"{100 * (1 - share_t):.3g}% away (imbalance {agg['direction_imbalance']}, allowed +-"
+                     f"{agg['direction_allowed']:.0f}): one-sided errors, {kind}")
+    return lines
+
+
+def _own_lines(own: Mapping, output: str) -> list[str]:
+    source = "sum of its own dg/dfc over M" if output.startswith("db") else (
+        "x^T times its own stored dg/dfc" if output.startswith("dw") else "its own dg w_g^T + dfc w_fc^T")
+    w = own["worst"][0] if own["worst"] else None
+    where = (f"; worst at {_idx(w['index'])}: kernel {w['actual']:.6g}, recomputed {w['expected']:.6g}"
+             if w else "")
+    return [f"Inconsistent with its own upstream outputs: {own['mismatches']} / {own['numel']} elements differ "
+            f"from the {source} beyond the allowance{where}: an accumulation, tiling or indexing error "
+            f"downstream of dg/dfc"]
+
+
 def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", backend: str = "?",
-            attribution: Mapping | None = None) -> Verdict:
+            attribution: Mapping | None = None, own: Mapping | None = None) -> Verdict:
+    """Pass = no element outside rtol x |reference| + atol + allowance, the fitted scale and the
+    rounding direction within the noise of a correct kernel, and (db, dw, dx) consistency with
+    the kernel's own dg, dfc (``own``: the metrics against them)."""
     mism = metrics["mismatches"]
-    passed = mism == 0
+    elementwise_ok = mism == 0
+    scale_ok, direction_ok = aggregate_checks(metrics)
+    own_ok = None if own is None else own["mismatches"] == 0
+    passed = elementwise_ok and scale_ok is not False and direction_ok is not False and own_ok is not False
     n = metrics["numel"]
     atol, eff, rtol = metrics["atol"], metrics["atol_effective"], metrics["rtol"]
     tol_text = f"rtol {rtol:.6g}, atol {atol:.6g}"
@@ -52,7 +102,13 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
              f"output {output!r} vs golden {golden!r} ({tol_text})"]
     if not passed:
         count = f"{mism}" if metrics["mismatches_exact"] else f"{mism}..{metrics['mismatches_upper']}"
-        lines.append(f"Mismatched elements: {count} / {n} ({100 * mism / max(n, 1):.3g}%)")
+        lines.append(f"Mismatched elements: {count} / {n} ({100 * mism / max(n, 1):.3g}%)"
+                     + (" beyond rtol x |reference| + atol + the allowance of the operator's legitimate choices"
+                        if metrics.get("allowance") else ""))
+        if scale_ok is False or direction_ok is False:
+            lines += _aggregate_lines(metrics["aggregate"], scale_ok, direction_ok)
+        if own_ok is False:
+            lines += _own_lines(own, output)
         nf = metrics["nonfinite"]
         if metrics["nonfinite_disagreements"]:
             lines.append(f"Non-finite disagreement: NaN in kernel only {nf['nan_actual_only']}, "
@@ -79,8 +135,13 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
         seed_caught = metrics["mismatches_seed_gate"] > 0
         lines.append(f"The article's gate (atol {atol:.3g}) would {'also fail' if seed_caught else 'PASS'} this output"
                      + (" (it accepts an all-zero output here)" if metrics["zero_passes_seed_gate"] else ""))
+    if not passed and metrics.get("detection_floor") is not None:
+        lines.append(f"Detection floor here: a uniform relative error above {metrics['detection_floor']:.3g} "
+                     f"fails element-wise"
+                     + (f", above {metrics['aggregate']['scale_allowed']:.3g} by the fitted scale"
+                        if metrics.get("aggregate") else ""))
     return Verdict(output, golden, passed, bool(metrics["zero_passes_seed_gate"]),
-                   bool(metrics["atol_capped"]), "\n".join(lines))
+                   bool(metrics["atol_capped"]), "\n".join(lines), elementwise_ok, scale_ok, direction_ok, own_ok)
 
 
 def gated_verdicts(backend_metrics: Mapping, *, case: str, backend: str, attribution: Mapping | None = None,
@@ -90,7 +151,8 @@ def gated_verdicts(backend_metrics: Mapping, *, case: str, backend: str, attribu
     for o in OUTPUT_NAMES:
         golden = tolerances[o].golden
         out[o] = verdict(o, golden, backend_metrics[o][golden], case=case, backend=backend,
-                         attribution=None if attribution is None else attribution[o])
+                         attribution=None if attribution is None else attribution[o],
+                         own=backend_metrics[o].get("own"))
     return out
 
 

@@ -82,16 +82,31 @@ class ErrorStats:
         self.max_util = (-1.0, None)
         self.n_over_bound = 0
         self.sum_bound = 0.0
+        self.allowance_seen = False
+        self.floor_candidates: list[torch.Tensor] = []   # [|golden|, rtol|golden| + allowance] pairs
+        self.aggregate_seen = False
+        self.direction_seen = True
+        self.sum_eb = self.sum_bb = self.sum_vbb = 0.0
+        self.n_toward = self.n_away = 0
 
     def update(self, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | None = None,
                row_offset: int = 0, rounded_terms: torch.Tensor | None = None,
-               order_noise: torch.Tensor | None = None) -> None:
+               order_noise: torch.Tensor | None = None, allowance: torch.Tensor | None = None,
+               exact: torch.Tensor | None = None, noise_var: torch.Tensor | None = None,
+               shared_var: torch.Tensor | None = None, shared_axis: int | None = None,
+               direction: bool = True) -> None:
         """``rounded_terms``: per element, the magnitude of intermediate values the dtype path
         stores in BF16 before the final rounding (dx's two products); rtol applies to
         |golden| + rounded_terms, since each rounding point can flip once and a flip at a
         product moves the result by the product's ULP.
         ``order_noise``: per element, the summation-order allowance of a reduction (see
         ``accuracy.bounds.order_noise``), added to the tolerance.
+        ``allowance``: per element, what the operator's legitimate choices may add
+        (``accuracy.allowance``), added to the tolerance.
+        ``exact``, ``noise_var``, ``shared_var``/``shared_axis`` and ``direction``: the FP64
+        values and the variance model of a correct kernel's error beyond its own store
+        (``accuracy.allowance.Allowance``); with them the aggregate tests' sums are kept
+        (fitted scale; rounding direction where ``direction``), in float64.
 
         Element-wise work runs in FP32 (the kernel's BF16 values are exact there; an FP64
         golden rounded to FP32 moves by 2^-24 relative, 2^16 times below a BF16 ULP), about
@@ -136,6 +151,14 @@ class ErrorStats:
         abs_err = err.abs()
         scale = abs_b if rounded_terms is None else abs_b + select(rounded_terms)
         excess = torch.add(abs_err, scale, alpha=-rtol)
+        # the article's own gate: rtol and its atol, no allowance
+        self.n_over_seed += int(torch.count_nonzero(excess > seed_atol))
+        if allowance is not None:
+            allow = select(allowance)
+            excess -= allow
+            self.allowance_seen = True
+        else:
+            allow = None
         if order_noise is not None:
             noise = select(order_noise)
             excess -= noise
@@ -143,7 +166,16 @@ class ErrorStats:
             ratio = (abs_err / noise).nan_to_num_(nan=0.0)
             self.max_noise_ratio = max(self.max_noise_ratio, float(ratio.max()))
         rel = (abs_err / abs_b).nan_to_num_(nan=0.0)      # inf where the golden is 0 and the error is not
-        ulp = abs_err / bf16_spacing(b)
+        spacing = bf16_spacing(b)
+        ulp = abs_err / spacing
+        self._floor_candidates(abs_b, scale, allow)
+        if exact is not None:
+            def select64(t: torch.Tensor) -> torch.Tensor:
+                t = t.reshape(-1).to(a.device).double()
+                return t if pos is None else t[pos]
+            self._aggregate(a, select64(exact), None if noise_var is None else select64(noise_var), direction)
+            if shared_var is not None:
+                self._shared(exact, shared_var, shared_axis)
 
         self.max_abs = track(self.max_abs, abs_err)
         self.max_rel = track(self.max_rel, rel)
@@ -152,7 +184,6 @@ class ErrorStats:
         over = excess > 0
         n_over = int(torch.count_nonzero(over))
         self.n_excess_positive += n_over
-        self.n_over_seed += int(torch.count_nonzero(excess > seed_atol))
         kept = sum(t.numel() for t in self.excess_kept)
         if n_over and kept < EXCESS_CAP:
             self.excess_kept.append(excess[over][: EXCESS_CAP - kept].cpu())
@@ -194,6 +225,52 @@ class ErrorStats:
             self.max_util = track(self.max_util, util)
             self.n_over_bound += int(torch.count_nonzero(util > 1))
             self.sum_bound += float(bd.sum(dtype=torch.float64))
+
+    def _floor_candidates(self, abs_b: torch.Tensor, scale: torch.Tensor, allow: torch.Tensor | None) -> None:
+        """The elements where a uniform relative error shows first: the 8 smallest
+        (rtol scale + allowance) / |golden| and the 8 largest |golden| (atol, known only
+        after the last chunk, matters least there)."""
+        margin = self.tol.rtol * scale if allow is None else self.tol.rtol * scale + allow
+        nonzero = abs_b > 0
+        if not bool(nonzero.any()):
+            return
+        mags, margin = abs_b[nonzero], margin[nonzero]
+        k = min(WORST_K, mags.numel())
+        picks = torch.cat([torch.topk(margin / mags, k, largest=False).indices, torch.topk(mags, k).indices])
+        self.floor_candidates.append(torch.stack([mags[picks].double(), margin[picks].double()], 1).cpu())
+
+    def _shared(self, exact: torch.Tensor, shared_var: torch.Tensor, axis: int) -> None:
+        """The correlated part of the fitted scale's variance: sum_j V_j |r_j|^2 over the rows
+        (axis 0) or columns (axis 1) j of the FP64 values r."""
+        r = exact.double().reshape(-1, exact.shape[-1]).nan_to_num(0.0, 0.0, 0.0)
+        norms = (r * r).sum(1 - axis)
+        self.sum_vbb += float(torch.dot(shared_var.double().reshape(-1).to(norms.device), norms))
+
+    def _aggregate(self, a: torch.Tensor, exact: torch.Tensor, noise_var: torch.Tensor | None,
+                   direction: bool = True) -> None:
+        """Sums of the fitted scale beta = sum e r / sum r^2 (e = kernel - FP64, r = FP64) and its
+        model variance sum var r^2 / (sum r^2)^2 (var = the kernel's own store, ULP^2/12, plus
+        ``noise_var``); counts of errors toward zero and away from it, of at least 1/4 ULP."""
+        from accuracy.allowance import SIGN_MAX_ULP, SIGN_MIN_ULP
+        self.aggregate_seen = True
+        e = a.double() - exact
+        spacing = bf16_spacing(exact)
+        var = spacing * spacing / 12
+        if noise_var is not None:
+            var = var + noise_var
+        r2 = exact * exact
+        self.sum_eb += float(torch.dot(e, exact))
+        self.sum_bb += float(r2.sum())
+        self.sum_vbb += float(torch.dot(var, r2))
+        if not direction:
+            self.direction_seen = False
+            return
+        size = e.abs()
+        counted = (size >= SIGN_MIN_ULP * spacing) & (size <= SIGN_MAX_ULP * spacing)
+        toward = counted & (torch.sign(e) == -torch.sign(exact))
+        n_toward = int(torch.count_nonzero(toward))
+        self.n_toward += n_toward
+        self.n_away += int(torch.count_nonzero(counted)) - n_toward
 
     def _split_nonfinite(self, a, b, b64, row_offset: int, width: int):
         """The rare path: count NaN/Inf (dis)agreements, note the first disagreeing element, keep
@@ -239,6 +316,10 @@ class ErrorStats:
         mismatches = int((kept > atol_eff).sum()) + nonfinite_bad
         norm = math.sqrt(self.sq_a * self.sq_b_pairs)
         signed = self.n_pos + self.n_neg
+        floor = None
+        if self.floor_candidates:
+            cand = torch.cat(self.floor_candidates)
+            floor = float(((cand[:, 1] + atol_eff) / cand[:, 0]).min())
         return {
             "shape": self.shape, "numel": self.n, "compared": self.n_compared,
             "rtol": tol.rtol, "atol": tol.atol, "atol_effective": atol_eff,
@@ -272,7 +353,23 @@ class ErrorStats:
             "bound_max_utilisation_index": self.max_util[1] if self.bound_seen else None,
             "bound_exceeded": self.n_over_bound if self.bound_seen else None,
             "bound_mean": self.sum_bound / self.n_compared if self.bound_seen and self.n_compared else None,
+            "allowance": self.allowance_seen,
+            "detection_floor": floor,
+            "aggregate": self._aggregate_result() if self.aggregate_seen else None,
         }
+
+    def _aggregate_result(self) -> dict:
+        from accuracy.allowance import DIRECTION_BIAS, SCALE_BIAS, TAIL_SIGMAS
+        beta = self.sum_eb / self.sum_bb if self.sum_bb > 0 else 0.0
+        sigma = math.sqrt(self.sum_vbb) / self.sum_bb if self.sum_bb > 0 else 0.0
+        counted = self.n_toward + self.n_away
+        result = {"scale_beta": beta, "scale_sigma": sigma, "scale_allowed": TAIL_SIGMAS * sigma + SCALE_BIAS,
+                  "toward_zero": None, "away_from_zero": None, "direction_imbalance": None, "direction_allowed": None}
+        if self.direction_seen:
+            result.update(toward_zero=self.n_toward, away_from_zero=self.n_away,
+                          direction_imbalance=self.n_toward - self.n_away,
+                          direction_allowed=2 * DIRECTION_BIAS * counted + TAIL_SIGMAS * math.sqrt(counted))
+        return result
 
 
 def histogram_edges() -> dict:

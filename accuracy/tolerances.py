@@ -37,7 +37,7 @@ SEED_ATOL = 1e-4
 class Tolerance:
     rtol: float
     atol: float
-    golden: str = "faithful"          # which golden layer the gate compares against
+    golden: str = "reference"         # which golden layer the gate compares against
     magnitude_aware: bool = True      # cap atol at rtol * rms(golden)
 
     def effective_atol(self, golden_rms: float) -> float:

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from goldens.schedule import RoundingPlan, TiledSchedule
+from goldens.schedule import FP64_IDEAL, RoundingPlan, TiledSchedule
+from goldens.terms import RowTerms, TermSums
 
 DEFAULT_CHUNK_ROWS = 8192
 # 1024 rows: the b and x kernels' tile and a divisor of the w kernel's (2048), so the tiled
@@ -65,12 +66,12 @@ def elementwise(dy, g, fc, plan: RoundingPlan):
 class RowBlock:
     """Golden row outputs for rows [start, stop): ``rows[layer][output]`` (plus
     ``rows[layer]["dx_rounded_terms"]`` = |p_g| + |p_fc| when the plan stores dx's two
-    products before adding them); ``abs_dx`` is the
-    sum of |terms| of dx's two products (for the rounding-model bound), when asked for."""
+    products before adding them); ``terms``: dx's term sums from the reference's terms
+    (``goldens.terms``), when asked for."""
     start: int
     stop: int
     rows: dict[str, dict[str, torch.Tensor]]
-    abs_dx: torch.Tensor | None = None
+    terms: RowTerms | None = None
 
 
 @dataclass
@@ -81,6 +82,7 @@ class _Accumulator:
     partial: list = field(default_factory=list)   # open tile's partial, math dtype, [g, fc]
     total: list = field(default_factory=list)     # running value in acc_dtype, [g, fc]
     rows_in_tile: int = 0
+    prefix_max: list | None = None   # when tracked: max |running partial| after each add, [g, fc]
 
     def add(self, parts: Sequence[torch.Tensor], rows: int) -> None:
         if not self.partial:
@@ -88,6 +90,12 @@ class _Accumulator:
         else:
             for acc, p in zip(self.partial, parts):
                 acc += p
+        if self.prefix_max is not None:
+            if not self.prefix_max:
+                self.prefix_max = [p.abs() for p in self.partial]
+            else:
+                for peak, p in zip(self.prefix_max, self.partial):
+                    torch.maximum(peak, p.abs(), out=peak)
         self.rows_in_tile += rows
         if self.tile is not None and self.rows_in_tile == self.tile:
             self.close_tile()
@@ -106,20 +114,27 @@ class _Accumulator:
 
 class GoldenPass:
     """Streams the goldens of one case. Iterate ``blocks()`` once; afterwards
-    ``reductions[layer]`` holds db_g, db_fc, dw_g, dw_fc and, when ``abs_sums``
-    is set, ``abs_reductions`` the sums of |terms| for their bounds."""
+    ``reductions[layer]`` holds db_g, db_fc, dw_g, dw_fc. With ``terms`` set, ``terms``
+    holds the reductions' term sums (``goldens.terms.TermSums``, its ``prefix`` from the
+    FP64 layer's running sums) and every block its dx term sums."""
 
     def __init__(self, inputs: Mapping[str, torch.Tensor], layers: Mapping[str, TiledSchedule], *,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS, abs_sums: bool = False, abs_plan: RoundingPlan | None = None):
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, terms: bool = False):
         if chunk_rows < 1:
             raise ValueError("chunk_rows must be >= 1")
         self.inputs = inputs
         self.layers = dict(layers)
         self.chunk_rows = -(-chunk_rows // REDUCTION_BLOCK) * REDUCTION_BLOCK   # chunk edges are block edges
-        self.abs_sums = abs_sums
-        self.abs_plan = abs_plan or next(iter(self.layers.values())).plan   # callers fix it per operator
+        self.want_terms = terms
+        self.reference = None
+        if terms:
+            # the term sums follow the reference's path: FP64 from the BF16 inputs, global sums
+            self.reference = next((n for n, s in self.layers.items() if s.plan == FP64_IDEAL
+                                   and s.tile_m_b is None and s.tile_m_w is None), None)
+            if self.reference is None:
+                raise ValueError("terms=True needs the FP64 global layer among the layers")
+        self.terms: TermSums | None = TermSums(inputs) if terms else None
         self.reductions: dict[str, dict[str, torch.Tensor]] = {}
-        self.abs_reductions: dict[str, torch.Tensor] = {}
         self._done = False
 
     def _plans(self) -> list[RoundingPlan]:
@@ -127,8 +142,6 @@ class GoldenPass:
         for sched in self.layers.values():
             if sched.plan not in plans:
                 plans.append(sched.plan)
-        if self.abs_sums and self.abs_plan not in plans:
-            plans.append(self.abs_plan)     # computed for the |terms| sums alone
         return plans
 
     @staticmethod
@@ -158,12 +171,14 @@ class GoldenPass:
         weights = {id(p): (self.inputs["w_g"].to(p.math), self.inputs["w_fc"].to(p.math)) for p in plans}
         db_acc = {name: _Accumulator(s.tile_m_b, s.db_accumulator) for name, s in self.layers.items()}
         dw_acc = {name: _Accumulator(s.tile_m_w, s.dw_accumulator) for name, s in self.layers.items()}
-        abs_db = abs_dw = None
+        if self.reference is not None:
+            db_acc[self.reference].prefix_max = []
+            dw_acc[self.reference].prefix_max = []
 
         for start in range(0, m, self.chunk_rows):
             stop = min(start + self.chunk_rows, m)
             rows: dict[str, dict[str, torch.Tensor]] = {}
-            abs_dx = None
+            row_terms = None
             for plan in plans:
                 users = [n for n, s in self.layers.items() if s.plan == plan]
                 dg_m, dfc_m = elementwise(dy[start:stop], g[start:stop], fc[start:stop], plan)
@@ -174,6 +189,12 @@ class GoldenPass:
                 p_g = round_to(dg_s @ w_g.t(), plan.rounding("dx_product"))
                 p_fc = round_to(dfc_s @ w_fc.t(), plan.rounding("dx_product"))
                 dx = round_to(p_g + p_fc, plan.rounding("dx"))
+                is_reference = self.reference is not None and self.reference in users
+                if is_reference:
+                    row_terms = self.terms.rows(dg_m, dfc_m, p_g.abs() + p_fc.abs())
+                    for a in range(start, stop, REDUCTION_BLOCK):
+                        b = min(a + REDUCTION_BLOCK, stop)
+                        self.terms.add_block(x[a:b], dg_m[a - start:b - start], dfc_m[a - start:b - start])
                 block = {"dg": dg_s, "dfc": dfc_s, "dx": dx}
                 if plan.rounding("dx_product") is not None:
                     # a rounding flip at a stored product moves dx by one ULP of the product
@@ -199,15 +220,7 @@ class GoldenPass:
                         seg = (xs @ dg_s[a - start:b - start], xs @ dfc_s[a - start:b - start])
                         for name in group:
                             dw_acc[name].add(seg, b - a)
-                if self.abs_sums and plan == self.abs_plan:
-                    a_dg, a_dfc = dg_s.abs().float(), dfc_s.abs().float()
-                    a_x = x_m.abs().float()
-                    abs_dx = a_dg @ w_g.abs().float().t() + a_dfc @ w_fc.abs().float().t()
-                    part_db = (dg_m.abs().float().sum(0, keepdim=True), dfc_m.abs().float().sum(0, keepdim=True))
-                    part_dw = (a_x.t() @ a_dg, a_x.t() @ a_dfc)
-                    abs_db = part_db if abs_db is None else tuple(s + p for s, p in zip(abs_db, part_db))
-                    abs_dw = part_dw if abs_dw is None else tuple(s + p for s, p in zip(abs_dw, part_dw))
-            yield RowBlock(start, stop, rows, abs_dx)
+            yield RowBlock(start, stop, rows, row_terms)
 
         for name, sched in self.layers.items():
             db_acc[name].close_tile()
@@ -216,8 +229,9 @@ class GoldenPass:
             db = [round_to(t.to(math), sched.plan.rounding("db")) for t in db_acc[name].total]
             dw = [round_to(t.to(math), sched.plan.rounding("dw")) for t in dw_acc[name].total]
             self.reductions[name] = dict(zip(REDUCTION_OUTPUTS, db + dw))
-        if self.abs_sums:
-            self.abs_reductions = dict(zip(REDUCTION_OUTPUTS, list(abs_db) + list(abs_dw)))
+        if self.reference is not None:
+            peaks = db_acc[self.reference].prefix_max + dw_acc[self.reference].prefix_max
+            self.terms.prefix = {o: p.double() for o, p in zip(REDUCTION_OUTPUTS, peaks)}
         self._done = True
 
 

@@ -8,7 +8,8 @@ skipped or shown as missing.
 Record kinds (see ``cases.evaluate``):
 
 * backend records: ``backend`` is a registered name or an import path, one per
-  case x output x golden (``fp64``, ``faithful``, ``tiled``); the gated one has
+  case x output x golden (``reference``, ``fp64``, ``faithful``, ``tiled``, and ``own`` for
+  db, dw, dx); the gated one (``reference``) has
   ``gated: true`` and the cell's ``status``; a skipped/errored cell has one record
   with ``output == "*"``;
 * golden records: ``backend == "golden:<layer>"``, ``golden`` = the layer it is
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 OUTPUTS = ("dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx")
 DRIFT_OUTPUTS = ("db_g", "db_fc", "dw_g", "dw_fc")
-GOLDENS = ("fp64", "faithful", "tiled")
+GOLDENS = ("reference", "fp64", "faithful", "tiled")
 VERDICT_STATUSES = ("pass", "fail", "expected_failure", "unexpected_pass", "skipped", "error")
 FAILING = ("fail", "error", "unexpected_pass")
 GOLDEN_PREFIX = "golden:"

@@ -19,8 +19,8 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa:
 from reports.data import SEED_ATOL, SEED_RTOL, SOURCES, AttributionRow, Detail, DriftPanel, VacuityRow  # noqa: E402
 
 DPI = 80
-GOLDEN_STYLE = {"fp64": ("#1f77b4", "vs FP64"), "faithful": ("#2ca02c", "vs faithful (gated)"),
-                "tiled": ("#d62728", "vs tiled emulation")}
+GOLDEN_STYLE = {"reference": ("#000000", "vs reference (gated)"), "fp64": ("#1f77b4", "vs FP64"),
+                "faithful": ("#2ca02c", "vs faithful (declared path)"), "tiled": ("#d62728", "vs tiled emulation")}
 SOURCE_COLOR = {"storage": "#8c8c8c", "tile_order": "#ff7f0e", "kernel": "#9467bd"}
 SOURCE_LABEL = {"storage": "BF16 storage (faithful - FP64)", "tile_order": "tile order (tiled - faithful)",
                 "kernel": "kernel (kernel - tiled)"}

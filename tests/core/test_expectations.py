@@ -51,7 +51,7 @@ def test_the_torch_tiny_entries_apply_only_where_the_bf16_gemm_flushes():
     for value in FACT_VALUES["bf16_gemm_keeps_subnormals"]:
         facts = {**KEEPING, "bf16_gemm_keeps_subnormals": value}
         for output in ("dw_g", "dw_fc", "dx"):
-            found = E.find(entries, "torch-eager", "M2048-K96-N200-tiny-s0", output, "faithful", "cpu", facts)
+            found = E.find(entries, "torch-eager", "M2048-K96-N200-tiny-s0", output, "reference", "cpu", facts)
             assert (found is not None) == (value is False), (value, output)
 
 
@@ -145,7 +145,7 @@ def test_an_all_zero_kernel_named_pypto_fails_the_saturating_case():
     spec = CaseSpec(1, 96, 200, "saturating", 0)
     entries = E.load()
     covered = [o for o in ("dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx")
-               if E.find(entries, "pypto", spec.id, o, "faithful", "cpu", KEEPING)]
+               if E.find(entries, "pypto", spec.id, o, "reference", "cpu", KEEPING)]
     assert covered, "pypto.toml has no bounded saturating entry to test against"
     judged = _judge_case(spec, "pypto", MUTANTS["all_zero"], KEEPING)
     assert all(j.status == "fail" for j in judged.values()), {o: j.status for o, j in judged.items()}

@@ -56,7 +56,7 @@ def _raises_unprintable(**inputs):
 
 
 def _verdicts(outcome, name):
-    return {o: (v.passed, outcome.comparison["backends"][name][o]["faithful"]["mismatches"])
+    return {o: (v.passed, outcome.comparison["backends"][name][o]["reference"]["mismatches"])
             for o, v in outcome.verdicts[name].items()}
 
 
@@ -107,7 +107,7 @@ def test_worker_threads_started_under_ftz_do_not_reach_the_goldens():
             return torch_eager(**inputs)
         spec = CaseSpec(1025, 96, 200, "tiny", 0)
         def verdicts(o):
-            return {k: (v.passed, o.comparison["backends"]["torch-eager"][k]["faithful"]["mismatches"])
+            return {k: (v.passed, o.comparison["backends"]["torch-eager"][k]["reference"]["mismatches"])
                     for k, v in o.verdicts["torch-eager"].items()}
         mixed = evaluate_case(spec, [Backend("hostile", poison), resolve("torch-eager")])
         print("ERROR:", mixed.runs["hostile"].error)

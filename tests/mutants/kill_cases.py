@@ -36,8 +36,7 @@ KILLS = {
     "out_not_zeroed": (M2_UNIT, DB | DW, {}),
     "dx_swapped_weights": (M2_UNIT, {"dx"}, {}),
     "silu_grad_missing_factor": (M2_UNIT, {"dg", "db_g", "dw_g", "dx"}, {}),   # dfc does not use silu'
-    "fp16_store": (M2_UNIT, DW | {"dx"}, {}),     # dg/dfc round right; w and x read more mantissa than BF16
-    "dx_products_bf16": (M2_UNIT, {"dx"}, {}),
+    "fp16_store": (M2048_TINY, ALL, {}),          # FP16 flushes the tiny profile's dg/dfc (~1e-38) to zero
     "dw_x_not_transposed": (M2_UNIT, DW, {}),
     "subnormals_flushed": (M2048_TINY, ALL, {}),
     "sigmoid_exp_ratio": (M1_SATURATING, ALL, {}),

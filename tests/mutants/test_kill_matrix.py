@@ -42,7 +42,7 @@ def test_mutant_is_caught_where_its_bug_lives(name):
         assert msg.startswith("Accuracy gate failed") and spec.id in msg and repr(name) in msg and repr(o) in msg
     metrics = out.comparison["backends"][name]
     for o, in_place in where.items():
-        row = metrics[o]["faithful"]["max_excess_index"][0]
+        row = metrics[o]["reference"]["max_excess_index"][0]
         assert in_place(row), f"{name}: worst {o} element at row {row}, not where the bug lives"
         assert f"at index ({row}," in verdicts[o].message
 
@@ -52,16 +52,16 @@ def test_tail_mutants_leave_the_full_tiles_right():
     spec, _, _ = KILLS["tail_valid_off_by_one"]
     out = outcome(spec)
     for name in ("tail_dropped", "tail_valid_off_by_one"):
-        worst = out.comparison["backends"][name]["dg"]["faithful"]["worst"]
+        worst = out.comparison["backends"][name]["dg"]["reference"]["worst"]
         assert all(w["index"][0] >= 2048 for w in worst if w["excess"] > 0)
     # valid_m one short: only the very last row is missing (200 dg elements, of which those nonzero fail)
-    m = out.comparison["backends"]["tail_valid_off_by_one"]["dg"]["faithful"]
+    m = out.comparison["backends"]["tail_valid_off_by_one"]["dg"]["reference"]
     assert 0 < m["mismatches"] <= spec.n
 
 
 def test_subnormal_flush_is_caught_on_subnormal_elements():
     spec, _, _ = KILLS["subnormals_flushed"]
-    w = outcome(spec).comparison["backends"]["subnormals_flushed"]["dg"]["faithful"]["worst"][0]
+    w = outcome(spec).comparison["backends"]["subnormals_flushed"]["dg"]["reference"]["worst"][0]
     # <=: an FP32 subnormal just below 2^-126 rounds up to 2^-126 in the golden's BF16 store
     assert w["actual"] == 0.0 and 0 < abs(w["expected"]) <= FP32_MIN_NORMAL, w
 
@@ -72,7 +72,7 @@ def test_overflowing_sigmoid_is_nan_exactly_where_exp_overflows():
     overflow = int(torch.isinf(torch.exp(g)).sum())      # g > 88.72 in FP32
     assert overflow > 0
     for o in ("dg", "dfc"):
-        m = out.comparison["backends"]["sigmoid_exp_ratio"][o]["faithful"]
+        m = out.comparison["backends"]["sigmoid_exp_ratio"][o]["reference"]
         assert m["nonfinite"]["nan_actual_only"] == overflow
         assert "NaN in kernel only" in out.verdicts["sigmoid_exp_ratio"][o].message
 
@@ -117,12 +117,12 @@ def test_null_kernel_fails_every_output_of_every_quick_case(spec):
     verdicts = out.verdicts["all_zero"]
     assert {o for o, v in verdicts.items() if not v.passed} == ALL, \
         [v.message for v in verdicts.values() if v.passed]
-    vacuous = {o for o in ALL if metrics[o]["faithful"]["zero_passes_seed_gate"]}
+    vacuous = {o for o in ALL if metrics[o]["reference"]["zero_passes_seed_gate"]}
     for o in vacuous:
-        assert metrics[o]["faithful"]["mismatches_seed_gate"] == 0        # the article's gate: PASS
+        assert metrics[o]["reference"]["mismatches_seed_gate"] == 0        # the article's gate: PASS
         assert "would PASS this output (it accepts an all-zero output here)" in verdicts[o].message
-        assert metrics[o]["faithful"]["atol_capped"]                      # ours: atol capped at rms/128
+        assert metrics[o]["reference"]["atol_capped"]                      # ours: atol capped at rms/128
     for o in ALL - vacuous:
-        assert metrics[o]["faithful"]["mismatches_seed_gate"] > 0
+        assert metrics[o]["reference"]["mismatches_seed_gate"] > 0
     if spec.scale == "tiny":
         assert vacuous == ALL

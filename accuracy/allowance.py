@@ -1,0 +1,160 @@
+"""The operator's legitimate internal choices, and the allowance each earns in the gate.
+
+The gate compares every kernel with one reference, fixed by the operator: FP64 math from
+the BF16 inputs, each output rounded once to BF16 (``goldens.stream``'s FP64 layer). A
+correct kernel may differ from it by the article's rtol (one BF16 ULP: its own store and
+the reference's) plus what its legitimate internal choices add. A kernel's declaration
+never enters here; the allowance is the same for every backend.
+
+Legitimate choices (``LEGITIMATE_CHOICES``) and their model, with u = 2^-8 (BF16 unit
+roundoff) and u32 = 2^-24:
+
+* math in FP32, either sigmoid form where it is finite: gamma_12(u32) relative (12 ops);
+* one intermediate stored in BF16 before dg / dfc (PyTorch stores dy*fc and silu(g)):
+  one more rounding, <= u |dg| (worst case; an element is not averaged);
+* dg / dfc used stored (BF16) or unrounded by db, dw and dx: each term of a reduction
+  carries up to two independent roundings (the intermediate and the store), each uniform
+  in +-ULP/2 <= u |t| (the standard stochastic model, Higham & Mary, SIAM J. Sci. Comput.
+  41(5), 2019), variance <= u^2 t^2 / 3 each. They add in quadrature:
+  sigma^2 = (2/3) u^2 sum(t^2 + floor). The worst case 2 u sum|t| caps it (small M);
+* dx's two products stored in BF16 before their sum (PyTorch's dx): <= u |p| each;
+* any FP32 summation order whose partial sums stay within the reference's running sums
+  plus 8 canonical blocks (tiles of up to 8192 rows): error sum_j d_j S_j, |d_j| <= u32,
+  sigma <= u32 sqrt(L/3) max|S_j|; for dx (no running sums) max|S_j| <= sum|t|.
+
+Not legitimate (they fail): BF16 math, BF16 cross-tile accumulation beyond what the
+element-wise allowance absorbs, flushing subnormals to zero (a platform that does it is
+recorded by ``accuracy.platform_facts`` and expected, conditioned on that fact), rounding
+toward zero, the article's sigmoid where it is NaN.
+
+The tail constant. Uniform rounding errors are strictly sub-Gaussian (variance proxy =
+variance), and so are their sums: P(|S| > c sigma) <= 2 exp(-c^2/2). c = 7.5 gives 1.3e-12
+per element test; the article's case has 5.6e8 element tests (dg, dfc, dx, db, dw), so a
+correct kernel sees about 7e-4 false alarms per run of that case, and the whole quick
+profile (the article's case and 16 small ones) stays below 1e-3. The same c bounds the
+aggregate tests (fitted scale, rounding direction).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from goldens.terms import MIN_NORMAL, RowTerms, TermSums
+
+U_BF16 = 2.0 ** -8
+U_FP32 = 2.0 ** -24
+TAIL_SIGMAS = 7.5
+ELEMENTWISE_OPS = 12
+# sum over 8 canonical blocks of |terms| bounds the partial sums inside a tile of up to 8192 rows
+ORDER_WINDOW_BLOCKS = 8
+# The rounding-direction test counts errors between 1/4 and 1 ULP, the size of a store's
+# rounding: a correct kernel's smaller differences from FP64 (a sigmoid that is exactly 1 in
+# FP32, an exactly representable product) are one-sided but far below a rounding, and its
+# larger ones are either symmetric (reductions) or FP32 range limits far below atol (FP32
+# sigmoid underflows to 0 for g < -88.7 while the FP64 dg is still a normal BF16 number).
+SIGN_MIN_ULP = 0.25
+SIGN_MAX_ULP = 1.0
+# Round to nearest is not unbiased on every input. An exact product of two BF16 values (dg = dy*fc
+# once sigmoid is 1 in FP32, dfc = dy*g likewise, dw at M=1 = x dg) rounds toward zero in 51.3% of
+# its 1/4..1-ULP errors, ties excluded or not (4e6 products of randn BF16 pairs), with mean
+# relative error -4.1e-5; at M1-K96-N200-saturating, where dw_g is the outer product of x and such
+# a dg, 60.4%. The direction test allows a share toward zero of 0.5 +- 0.25 beyond its 7.5-sigma
+# noise, the fitted scale +-1e-4 (twice the products' bias; pinned by tests/core/test_allowance.py).
+# Round-toward-zero stores put 100% of those errors toward zero and move beta by about -3e-3; a
+# uniform 1/128 error moves it by 7.8e-3.
+DIRECTION_BIAS = 0.25
+SCALE_BIAS = 1e-4
+
+LEGITIMATE_CHOICES = (
+    "FP32 math, stable or exp-ratio sigmoid where finite",
+    "dy*fc and silu(g) stored in BF16 before dg / dfc",
+    "db, dw, dx from dg / dfc as computed (FP32) or as stored (BF16)",
+    "dx's two products stored in BF16 before their sum",
+    "any FP32 summation order within tiles of up to 8192 rows",
+)
+
+
+def gamma(k: int, u: float) -> float:
+    ku = k * u
+    return float("inf") if ku >= 1 else ku / (1 - ku)
+
+
+@dataclass
+class Allowance:
+    """Per element: ``vs_reference`` added to rtol |reference| + atol; ``vs_own`` likewise
+    for the kernel's own downstream check. For the fitted scale's variance: ``noise_var``, the
+    variance of a correct kernel's error beyond its own store that is independent per element,
+    and ``shared_var`` along ``shared_axis`` (0: per row, 1: per column), the part one rounded
+    dg/dfc spreads over a whole row of dx or column of dw, to be weighted by that row's or
+    column's sum of squares (``goldens.terms``). ``direction``: whether the elements' errors are
+    independent, so that the rounding-direction count is a binomial one (dg, dfc, db)."""
+    vs_reference: torch.Tensor
+    vs_own: torch.Tensor | None
+    noise_var: torch.Tensor
+    shared_var: torch.Tensor | None = None
+    shared_axis: int | None = None
+    direction: bool = True
+
+
+def elementwise(reference: torch.Tensor) -> Allowance:
+    """dg, dfc: one intermediate BF16 store plus FP32 math."""
+    r = reference.double().abs()
+    allow = (U_BF16 + gamma(ELEMENTWISE_OPS, U_FP32)) * r + U_BF16 * MIN_NORMAL
+    return Allowance(allow, None, (U_BF16 ** 2 / 3) * (r * r + MIN_NORMAL ** 2))
+
+
+def _two_roundings_var(sq: torch.Tensor) -> torch.Tensor:
+    return (2 / 3) * U_BF16 ** 2 * sq
+
+
+def _terms(sq: torch.Tensor, worst: torch.Tensor, roundings: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(allowance, variance) of ``roundings`` independent BF16 roundings per term."""
+    var = (roundings / 3) * U_BF16 ** 2 * sq
+    return torch.minimum(TAIL_SIGMAS * var.sqrt(), roundings * U_BF16 * worst), var
+
+
+def reduction(terms: TermSums, output: str, length: int) -> Allowance:
+    """db_g, db_fc (terms dg over M rows) and dw_g, dw_fc (terms x dg over M rows)."""
+    worst = terms.abs[output] + MIN_NORMAL * terms.floor_l1[output]
+    ref_allow, ref_var = _terms(terms.sq[output], worst, 2)
+    own_allow, _ = _terms(terms.sq[output], worst, 1)
+    partial = terms.prefix[output] + ORDER_WINDOW_BLOCKS * terms.block[output]
+    order_sigma = U_FP32 * math.sqrt(length / 3) * partial
+    order = TAIL_SIGMAS * order_sigma
+    if output.startswith("db"):    # each db element has its own column of dg: independent
+        return Allowance(ref_allow + order, own_allow + order, ref_var + order_sigma ** 2)
+    return Allowance(ref_allow + order, own_allow + order, order_sigma ** 2,
+                     shared_var=_two_roundings_var(terms.shared[output]).reshape(-1), shared_axis=1,
+                     direction=False)
+
+
+def dx(rows: RowTerms, floor_l1: torch.Tensor, n: int) -> Allowance:
+    """dx: 2N terms dg w_g^T + dfc w_fc^T per element, optionally two stored products."""
+    worst = rows.abs + MIN_NORMAL * floor_l1
+    ref_allow, ref_var = _terms(rows.sq, worst, 2)
+    own_allow, _ = _terms(rows.sq, worst, 1)
+    order_sigma = U_FP32 * math.sqrt(2 * n / 3) * rows.abs
+    products = U_BF16 * (rows.products + 2 * MIN_NORMAL)
+    extra = TAIL_SIGMAS * order_sigma + products
+    return Allowance(ref_allow + extra, own_allow + extra, order_sigma ** 2 + (U_BF16 ** 2 / 3) * rows.products ** 2,
+                     shared_var=_two_roundings_var(rows.shared), shared_axis=0, direction=False)
+
+
+def tile_chain(terms: TermSums, output: str, length: int, tiles: int, accumulator_unit_roundoff: float) -> torch.Tensor:
+    """How far a kernel that follows a tiled schedule may legitimately be from that schedule's
+    emulation, for db / dw: its FP32 tile partials differ from the emulation's in the last bits
+    (another summation order), and a difference at a BF16 cross-tile add flips that add's
+    rounding by up to one ULP of the running sum, which every later add carries. Model: each of
+    the ``tiles`` adds moves the difference by a step uniform in +-1 ULP of the running sum
+    (<= 2 u_acc x (prefix + 8 blocks)), independently: sigma = 2 u_acc B sqrt(tiles / 3);
+    plus the per-term allowance of one rounding (``Allowance.vs_own``). ``tests/mutants/
+    test_gate_power.py`` replays an ensemble of valid FP32 partial orders through the article's
+    chain and checks every member is within this allowance, and the tiling mutants are not."""
+    base = reduction(terms, output, length).vs_own
+    if tiles <= 1 or accumulator_unit_roundoff <= U_FP32:
+        return base
+    partial = terms.prefix[output] + ORDER_WINDOW_BLOCKS * terms.block[output]
+    sigma = 2 * accumulator_unit_roundoff * partial * math.sqrt(tiles / 3)
+    return base + TAIL_SIGMAS * sigma

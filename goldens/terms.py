@@ -1,0 +1,126 @@
+"""Sums over the terms of every reduction of the operator, for the gate's allowance model.
+
+db_g[n] = sum_m dg[m, n],  dw_g[k, n] = sum_m x[m, k] dg[m, n],
+dx[m, k] = sum_n dg[m, n] w_g[k, n] + dfc[m, n] w_fc[k, n]   (likewise for fc).
+
+The allowance of an output element (``accuracy.allowance``) needs, per element:
+
+* ``abs``: sum |terms|           (the worst case: every rounding the same way)
+* ``sq``:  sum (terms^2 + floor) (the variance of independent roundings; floor = the
+  BF16 subnormal spacing's share, x^2 * MIN_NORMAL^2, so a term among the subnormals
+  still counts half a spacing);
+* ``shared``: the sum over the terms' shared factor, for the fitted scale's variance when
+  one rounded dg feeds many elements (a dw column shares x's rows, a dx row shares dg's row):
+  sum_m (dg^2 + floor) |x[m, :]|^2 per column of dw, sum_n (dg^2 + floor) |w_g[:, n]|^2 per row
+  of dx (the Cauchy-Schwarz bound of the correlated part; exact for an outer product, M = 1);
+* ``prefix``: max over the canonical 1024-row blocks of |running sum| (db/dw only), and
+  ``block``: max over blocks of the block's sum |terms|: the partial sums an FP32
+  summation in another order passes through are bounded by prefix + 8 x block (an order
+  that permutes rows within tiles of up to 8192 rows).
+
+The terms are the reference's (FP64 dg/dfc from the BF16 inputs), so the sums depend on
+the case alone, never on a backend or on the chunking: they are accumulated per canonical
+block (``goldens.stream.REDUCTION_BLOCK``) in row order. The matmuls run in FP32 on
+operands scaled by powers of two chosen from the inputs' maxima, so the tiny profile's
+terms (dy ~ 2^-124) do not underflow; the scale is undone in float64.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+MIN_NORMAL = 2.0 ** -126
+
+
+def _pow2_scale(peak: float) -> float:
+    """2^-e with 2^(e-1) < peak <= 2^e: the scaled values lie in (-1, 1]."""
+    if not math.isfinite(peak) or peak <= 0:
+        return 1.0
+    return 2.0 ** -math.ceil(math.log2(peak))
+
+
+@dataclass
+class RowTerms:
+    """dx's term sums for a block of rows, float64 [rows, K]."""
+    abs: torch.Tensor
+    sq: torch.Tensor
+    products: torch.Tensor      # |dg w_g^T| + |dfc w_fc^T|: the two partial products a kernel may store
+    shared: torch.Tensor        # [rows]: sum_n (dg^2 + floor) |w_g[:, n]|^2 + (fc likewise): see ``TermSums``
+
+
+class TermSums:
+    """Accumulates the term sums of db_g, db_fc, dw_g, dw_fc block by block; ``rows`` gives dx's."""
+
+    def __init__(self, inputs: Mapping[str, torch.Tensor]):
+        peak = {n: float(inputs[n].abs().max()) if inputs[n].numel() else 0.0 for n in inputs}
+        self.s_x = _pow2_scale(peak["x"])
+        # |dg| <= |dy| |fc| (1 + |g| max(s(1-s))) <= 1.25 |dy| |fc|;  |dfc| <= |dy| |g|
+        self.s_dg = _pow2_scale(1.25 * peak["dy"] * peak["fc"])
+        self.s_dfc = _pow2_scale(peak["dy"] * peak["g"])
+        self.s_wg = _pow2_scale(peak["w_g"])
+        self.s_wfc = _pow2_scale(peak["w_fc"])
+        w_g = inputs["w_g"].float() * self.s_wg
+        w_fc = inputs["w_fc"].float() * self.s_wfc
+        self._w = {"abs": (w_g.abs().t(), w_fc.abs().t()), "sq": ((w_g * w_g).t(), (w_fc * w_fc).t())}
+        self._w_colsq = ((w_g * w_g).sum(0, keepdim=True).t(), (w_fc * w_fc).sum(0, keepdim=True).t())   # [N, 1]
+        self.shared: dict[str, torch.Tensor] = {}
+        self.abs: dict[str, torch.Tensor] = {}
+        self.sq: dict[str, torch.Tensor] = {}
+        self.block: dict[str, torch.Tensor] = {}
+        self.prefix: dict[str, torch.Tensor] = {}   # filled by the golden pass from the FP64 layer
+        # sum over the terms of |the operand other than dg/dfc|: the subnormal floor's worst case
+        self.floor_l1: dict[str, torch.Tensor] = {}
+        self.dx_floor_l1 = (inputs["w_g"].double().abs().sum(1) + inputs["w_fc"].double().abs().sum(1)).unsqueeze(0)
+        self.rows_seen = 0
+
+    def _scaled(self, dg: torch.Tensor, dfc: torch.Tensor):
+        dg = (dg * self.s_dg).float()
+        dfc = (dfc * self.s_dfc).float()
+        floor_g, floor_fc = (MIN_NORMAL * self.s_dg) ** 2, (MIN_NORMAL * self.s_dfc) ** 2
+        return dg, dfc, (dg * dg + floor_g), (dfc * dfc + floor_fc)
+
+    def rows(self, dg: torch.Tensor, dfc: torch.Tensor, products: torch.Tensor) -> RowTerms:
+        """dx's term sums for these rows of the reference's dg, dfc; ``products`` is
+        |dg w_g^T| + |dfc w_fc^T| as the reference computed them."""
+        dg, dfc, sq_g, sq_fc = self._scaled(dg, dfc)
+        (a_wg, a_wfc), (q_wg, q_wfc) = self._w["abs"], self._w["sq"]
+        ug, ufc = 1.0 / (self.s_dg * self.s_wg), 1.0 / (self.s_dfc * self.s_wfc)
+        abs_ = (dg.abs() @ a_wg).double() * ug + (dfc.abs() @ a_wfc).double() * ufc
+        sq = (sq_g @ q_wg).double() * ug ** 2 + (sq_fc @ q_wfc).double() * ufc ** 2
+        c_g, c_fc = self._w_colsq
+        shared = (sq_g @ c_g).double().squeeze(1) * ug ** 2 + (sq_fc @ c_fc).double().squeeze(1) * ufc ** 2
+        return RowTerms(abs=abs_, sq=sq, products=products.double(), shared=shared)
+
+    def add_block(self, x: torch.Tensor, dg: torch.Tensor, dfc: torch.Tensor) -> None:
+        """One canonical block of rows (x as given, the reference's dg, dfc)."""
+        dg, dfc, sq_g, sq_fc = self._scaled(dg, dfc)
+        xs = (x * self.s_x).float()
+        a_x, q_x = xs.abs().t(), (xs * xs).t()
+        ones = torch.ones(1, xs.shape[0])
+        u_x = 1.0 / self.s_x
+        parts_abs = {"db_g": (ones @ dg.abs()).double() / self.s_dg, "db_fc": (ones @ dfc.abs()).double() / self.s_dfc,
+                     "dw_g": (a_x @ dg.abs()).double() * (u_x / self.s_dg),
+                     "dw_fc": (a_x @ dfc.abs()).double() * (u_x / self.s_dfc)}
+        parts_sq = {"db_g": (ones @ sq_g).double() / self.s_dg ** 2, "db_fc": (ones @ sq_fc).double() / self.s_dfc ** 2,
+                    "dw_g": (q_x @ sq_g).double() * (u_x / self.s_dg) ** 2,
+                    "dw_fc": (q_x @ sq_fc).double() * (u_x / self.s_dfc) ** 2}
+        x_sq = (xs * xs).sum(1, keepdim=True).t()        # [1, rows]: |x[m, :]|^2
+        parts_shared = {"dw_g": (x_sq @ sq_g).double() * (u_x / self.s_dg) ** 2,
+                        "dw_fc": (x_sq @ sq_fc).double() * (u_x / self.s_dfc) ** 2}
+        for name, part in parts_shared.items():
+            self.shared[name] = part if name not in self.shared else self.shared[name] + part
+        for name, part in parts_abs.items():
+            if name in self.abs:
+                self.abs[name] += part
+                self.sq[name] += parts_sq[name]
+                torch.maximum(self.block[name], part, out=self.block[name])
+            else:
+                self.abs[name], self.sq[name], self.block[name] = part, parts_sq[name], part.clone()
+        x_l1 = x.double().abs().sum(0).unsqueeze(1)          # [K, 1]
+        rows = torch.full((1, 1), float(x.shape[0]), dtype=torch.float64)
+        for name, part in (("db_g", rows), ("db_fc", rows), ("dw_g", x_l1), ("dw_fc", x_l1)):
+            self.floor_l1[name] = part.clone() if name not in self.floor_l1 else self.floor_l1[name] + part
+        self.rows_seen += x.shape[0]

@@ -1,0 +1,89 @@
+"""Plain plug-in kernels written as a user would write them: torch only, nothing declared.
+
+The correct ones take different legitimate paths through the operator (which intermediates
+are stored in BF16, where db is summed from); the wrong ones are wrong in ways no tile
+loop mutant covers. The gate must pass every correct one and fail every wrong one, on
+their numbers alone: ``bf16_math`` even declares its BF16 math, and still fails.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from goldens.schedule import RoundingPlan, TiledSchedule
+
+BF16 = torch.bfloat16
+
+
+def _backward(x, w_g, w_fc, dy, g, fc, *, math=torch.float32, store_intermediates=False,
+              db_from_stored=True, dx_products_stored=False, store: Callable = None):
+    """dg/dfc in ``math``, stored with ``store`` (BF16 round to nearest by default); db, dw, dx
+    from the stored values (or db from the unrounded ones) as FP32 (or ``math``) matmuls."""
+    store = store or (lambda t: t.to(BF16))
+    dy, g, fc = (t.to(math) for t in (dy, g, fc))
+    s = torch.sigmoid(g)
+    dy_fc = dy * fc
+    silu_g = g * s
+    if store_intermediates:     # what PyTorch autograd materialises between its ops
+        dy_fc, silu_g = dy_fc.to(BF16).to(math), silu_g.to(BF16).to(math)
+    dg_m = dy_fc * (s * (1 + g * (1 - s)))
+    dfc_m = dy * silu_g
+    dg, dfc = store(dg_m), store(dfc_m)
+    acc = torch.float32 if math == torch.float32 else math
+    dg_a, dfc_a, x_a = dg.to(acc), dfc.to(acc), x.to(acc)
+    db_g = (dg_a if db_from_stored else dg_m.to(acc)).sum(0, keepdim=True)
+    db_fc = (dfc_a if db_from_stored else dfc_m.to(acc)).sum(0, keepdim=True)
+    p_g, p_fc = dg_a @ w_g.to(acc).t(), dfc_a @ w_fc.to(acc).t()
+    if dx_products_stored:
+        p_g, p_fc = p_g.to(BF16).to(acc), p_fc.to(BF16).to(acc)
+    return {"dg": dg, "dfc": dfc, "db_g": store(db_g), "db_fc": store(db_fc),
+            "dw_g": store(x_a.t() @ dg_a), "dw_fc": store(x_a.t() @ dfc_a), "dx": store(p_g + p_fc)}
+
+
+def _round_toward_zero(t: torch.Tensor) -> torch.Tensor:
+    """FP32 -> BF16 by dropping the low 16 bits: truncation, a common hand-written cast."""
+    bits = t.float().contiguous().view(torch.int32) & ~0xFFFF
+    return bits.view(torch.float32).to(BF16)
+
+
+# ---------------------------------------------------------------------------- correct
+def plain(*, x, w_g, w_fc, dy, g, fc):
+    """FP32 math, stable sigmoid, dg/dfc stored in BF16, db/dw/dx from the stored values."""
+    return _backward(x, w_g, w_fc, dy, g, fc)
+
+
+def plain_db_unrounded(*, x, w_g, w_fc, dy, g, fc):
+    """As ``plain`` but db summed from the FP32 dg/dfc before their store (the article's b kernel)."""
+    return _backward(x, w_g, w_fc, dy, g, fc, db_from_stored=False)
+
+
+def stores_every_intermediate(*, x, w_g, w_fc, dy, g, fc):
+    """dy*fc, silu(g), dg, dfc and dx's two products all stored in BF16 (PyTorch autograd's path)."""
+    return _backward(x, w_g, w_fc, dy, g, fc, store_intermediates=True, dx_products_stored=True)
+
+
+# ---------------------------------------------------------------------------- wrong
+def round_toward_zero_stores(*, x, w_g, w_fc, dy, g, fc):
+    """Every store truncates to BF16 instead of rounding to nearest: at most one ULP per element,
+    always toward zero."""
+    return _backward(x, w_g, w_fc, dy, g, fc, store=_round_toward_zero)
+
+
+def bf16_math(*, x, w_g, w_fc, dy, g, fc):
+    """All math in BF16 (sigmoid, products, matmul accumulation), and it says so."""
+    return _backward(x, w_g, w_fc, dy, g, fc, math=BF16)
+
+
+bf16_math.schedule = TiledSchedule(name="bf16-math", tile_m_b=None, tile_m_w=None, tile_m_x=None,
+                                   db_accumulator=BF16, dw_accumulator=BF16, plan=RoundingPlan(math=BF16))
+
+
+def uniform_scale_error(*, x, w_g, w_fc, dy, g, fc):
+    """Every output 1/128 too large: each element within rtol of the reference, all in one direction."""
+    out = _backward(x, w_g, w_fc, dy, g, fc)
+    return {k: (v.float() * (1 + 1 / 128)).to(BF16) for k, v in out.items()}
+
+
+CORRECT: dict[str, Callable] = {f.__name__: f for f in (plain, plain_db_unrounded, stores_every_intermediate)}
+WRONG: dict[str, Callable] = {f.__name__: f for f in (round_toward_zero_stores, bf16_math, uniform_scale_error)}
