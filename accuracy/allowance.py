@@ -142,19 +142,22 @@ def dx(rows: RowTerms, floor_l1: torch.Tensor, n: int) -> Allowance:
                      shared_var=_two_roundings_var(rows.shared), shared_axis=0, direction=False)
 
 
-def tile_chain(terms: TermSums, output: str, length: int, tiles: int, accumulator_unit_roundoff: float) -> torch.Tensor:
+def tile_chain(terms: TermSums, output: str, length: int, tiles: int, tile_rows: int,
+               accumulator_unit_roundoff: float) -> torch.Tensor:
     """How far a kernel that follows a tiled schedule may legitimately be from that schedule's
     emulation, for db / dw: its FP32 tile partials differ from the emulation's in the last bits
     (another summation order), and a difference at a BF16 cross-tile add flips that add's
     rounding by up to one ULP of the running sum, which every later add carries. Model: each of
-    the ``tiles`` adds moves the difference by a step uniform in +-1 ULP of the running sum
-    (<= 2 u_acc x (prefix + 8 blocks)), independently: sigma = 2 u_acc B sqrt(tiles / 3);
+    the ``tiles`` casts and adds moves the difference by a step uniform in +-1 ULP of the value
+    rounded, the running sum or the tile's partial, B <= prefix + (tile_rows / 1024) x max |block
+    sum| (``goldens.terms``), independently: sigma = 2 u_acc B sqrt(2 tiles / 3);
     plus the per-term allowance of one rounding (``Allowance.vs_own``). ``tests/mutants/
     test_gate_power.py`` replays an ensemble of valid FP32 partial orders through the article's
     chain and checks every member is within this allowance, and the tiling mutants are not."""
     base = reduction(terms, output, length).vs_own
     if tiles <= 1 or accumulator_unit_roundoff <= U_FP32:
         return base
-    partial = terms.prefix[output] + ORDER_WINDOW_BLOCKS * terms.block[output]
-    sigma = 2 * accumulator_unit_roundoff * partial * math.sqrt(tiles / 3)
+    blocks = max(1, -(-tile_rows // 1024))
+    rounded = terms.prefix[output] + blocks * terms.segment[output]
+    sigma = 2 * accumulator_unit_roundoff * rounded * math.sqrt(2 * tiles / 3)
     return base + TAIL_SIGMAS * sigma

@@ -49,10 +49,10 @@ def golden_layers(sched: TiledSchedule, diagnose: bool = True) -> dict[str, str]
     return names
 
 
-def _tiles_and_accumulator(output: str, sched: TiledSchedule, m: int) -> tuple[int, float]:
+def _tiles_and_accumulator(output: str, sched: TiledSchedule, m: int) -> tuple[int, int, float]:
     kernel = "b" if output.startswith("db") else "w"
     acc = sched.db_accumulator if kernel == "b" else sched.dw_accumulator
-    return sched.n_tiles(m, kernel), unit_roundoff(acc)
+    return sched.n_tiles(m, kernel), sched.tile_m(kernel) or m, unit_roundoff(acc)
 
 
 def _bound(name: str, exact: torch.Tensor, abs_terms: torch.Tensor | None, sched: TiledSchedule,

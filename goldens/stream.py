@@ -83,6 +83,7 @@ class _Accumulator:
     total: list = field(default_factory=list)     # running value in acc_dtype, [g, fc]
     rows_in_tile: int = 0
     prefix_max: list | None = None   # when tracked: max |running partial| after each add, [g, fc]
+    segment_max: list | None = None  # and max |added segment| (one canonical block's sum), [g, fc]
 
     def add(self, parts: Sequence[torch.Tensor], rows: int) -> None:
         if not self.partial:
@@ -93,8 +94,11 @@ class _Accumulator:
         if self.prefix_max is not None:
             if not self.prefix_max:
                 self.prefix_max = [p.abs() for p in self.partial]
+                self.segment_max = [p.abs() for p in parts]
             else:
                 for peak, p in zip(self.prefix_max, self.partial):
+                    torch.maximum(peak, p.abs(), out=peak)
+                for peak, p in zip(self.segment_max, parts):
                     torch.maximum(peak, p.abs(), out=peak)
         self.rows_in_tile += rows
         if self.tile is not None and self.rows_in_tile == self.tile:
@@ -232,6 +236,8 @@ class GoldenPass:
         if self.reference is not None:
             peaks = db_acc[self.reference].prefix_max + dw_acc[self.reference].prefix_max
             self.terms.prefix = {o: p.double() for o, p in zip(REDUCTION_OUTPUTS, peaks)}
+            segments = db_acc[self.reference].segment_max + dw_acc[self.reference].segment_max
+            self.terms.segment = {o: p.double() for o, p in zip(REDUCTION_OUTPUTS, segments)}
         self._done = True
 
 

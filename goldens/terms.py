@@ -16,7 +16,8 @@ The allowance of an output element (``accuracy.allowance``) needs, per element:
 * ``prefix``: max over the canonical 1024-row blocks of |running sum| (db/dw only), and
   ``block``: max over blocks of the block's sum |terms|: the partial sums an FP32
   summation in another order passes through are bounded by prefix + 8 x block (an order
-  that permutes rows within tiles of up to 8192 rows).
+  that permutes rows within tiles of up to 8192 rows); ``segment``: max over blocks of
+  |the block's sum| (a tile's partial is at most tile / 1024 of them).
 
 The terms are the reference's (FP64 dg/dfc from the BF16 inputs), so the sums depend on
 the case alone, never on a backend or on the chunking: they are accumulated per canonical
@@ -71,6 +72,7 @@ class TermSums:
         self.sq: dict[str, torch.Tensor] = {}
         self.block: dict[str, torch.Tensor] = {}
         self.prefix: dict[str, torch.Tensor] = {}   # filled by the golden pass from the FP64 layer
+        self.segment: dict[str, torch.Tensor] = {}  # likewise: max |one block's sum|
         # sum over the terms of |the operand other than dg/dfc|: the subnormal floor's worst case
         self.floor_l1: dict[str, torch.Tensor] = {}
         self.dx_floor_l1 = (inputs["w_g"].double().abs().sum(1) + inputs["w_fc"].double().abs().sum(1)).unsqueeze(0)
