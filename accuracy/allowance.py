@@ -86,15 +86,16 @@ class Allowance:
     """Per element: ``vs_reference`` added to rtol |reference| + atol; ``vs_own`` likewise
     for the kernel's own downstream check. For the fitted scale's variance: ``noise_var``, the
     variance of a correct kernel's error beyond its own store that is independent per element,
-    and ``shared_var`` along ``shared_axis`` (0: per row, 1: per column), the part one rounded
-    dg/dfc spreads over a whole row of dx or column of dw, to be weighted by that row's or
-    column's sum of squares (``goldens.terms``). ``direction``: whether the elements' errors are
+    and the part one rounded dg/dfc spreads over a whole column of dw (``shared_var`` per
+    column, to be weighted by the column's sum of squares, ``shared_axis`` 1) or row of dx
+    (``shared_total``, already summed; ``goldens.terms``). ``direction``: whether the elements' errors are
     independent, so that the rounding-direction count is a binomial one (dg, dfc, db)."""
     vs_reference: torch.Tensor
     vs_own: torch.Tensor | None
     noise_var: torch.Tensor
     shared_var: torch.Tensor | None = None
     shared_axis: int | None = None
+    shared_total: float = 0.0
     direction: bool = True
 
 
@@ -139,7 +140,7 @@ def dx(rows: RowTerms, floor_l1: torch.Tensor, n: int) -> Allowance:
     products = U_BF16 * (rows.products + 2 * MIN_NORMAL)
     extra = TAIL_SIGMAS * order_sigma + products
     return Allowance(ref_allow + extra, own_allow + extra, order_sigma ** 2 + (U_BF16 ** 2 / 3) * rows.products ** 2,
-                     shared_var=_two_roundings_var(rows.shared), shared_axis=0, direction=False)
+                     shared_total=(2 / 3) * U_BF16 ** 2 * rows.shared, direction=False)
 
 
 def tile_chain(terms: TermSums, output: str, length: int, tiles: int, tile_rows: int,

@@ -141,7 +141,8 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                 per_backend[b][o][REFERENCE].update(actual, reference, row_offset=block.start,
                                                     allowance=model.vs_reference, exact=exact,
                                                     noise_var=model.noise_var, shared_var=model.shared_var,
-                                                    shared_axis=model.shared_axis, direction=model.direction)
+                                                    shared_axis=model.shared_axis, shared_total=model.shared_total,
+                                                    direction=model.direction)
                 bound = _bound(o, exact, block.terms.abs, schedules[b], m, n)
                 # the diagnosis layers: one rounding of a stored term may flip (dx), nothing over M
                 noise = dx_model.vs_own if o == "dx" else None
@@ -174,7 +175,8 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
         for b, kernel_out in outputs.items():
             per_backend[b][o][REFERENCE].update(kernel_out[o], reference, allowance=model.vs_reference,
                                                 exact=exact, noise_var=model.noise_var, shared_var=model.shared_var,
-                                                shared_axis=model.shared_axis, direction=model.direction)
+                                                shared_axis=model.shared_axis, shared_total=model.shared_total,
+                                                    direction=model.direction)
             per_backend[b][o][OWN].update(kernel_out[o], own_sums[b].sums[o], allowance=model.vs_own)
             bound = _bound(o, exact, terms.abs[o], schedules[b], m, n)
             names = golden_layers(schedules[b], diagnose)

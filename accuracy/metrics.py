@@ -94,7 +94,7 @@ class ErrorStats:
                order_noise: torch.Tensor | None = None, allowance: torch.Tensor | None = None,
                exact: torch.Tensor | None = None, noise_var: torch.Tensor | None = None,
                shared_var: torch.Tensor | None = None, shared_axis: int | None = None,
-               direction: bool = True) -> None:
+               shared_total: float = 0.0, direction: bool = True) -> None:
         """``rounded_terms``: per element, the magnitude of intermediate values the dtype path
         stores in BF16 before the final rounding (dx's two products); rtol applies to
         |golden| + rounded_terms, since each rounding point can flip once and a flip at a
@@ -176,6 +176,7 @@ class ErrorStats:
             self._aggregate(a, select64(exact), None if noise_var is None else select64(noise_var), direction)
             if shared_var is not None:
                 self._shared(exact, shared_var, shared_axis)
+            self.sum_vbb += shared_total
 
         self.max_abs = track(self.max_abs, abs_err)
         self.max_rel = track(self.max_rel, rel)

@@ -195,7 +195,7 @@ class GoldenPass:
                 dx = round_to(p_g + p_fc, plan.rounding("dx"))
                 is_reference = self.reference is not None and self.reference in users
                 if is_reference:
-                    row_terms = self.terms.rows(dg_m, dfc_m, p_g.abs() + p_fc.abs())
+                    row_terms = self.terms.rows(dg_m, dfc_m, p_g.abs() + p_fc.abs(), dx)
                     for a in range(start, stop, REDUCTION_BLOCK):
                         b = min(a + REDUCTION_BLOCK, stop)
                         self.terms.add_block(x[a:b], dg_m[a - start:b - start], dfc_m[a - start:b - start])

@@ -9,10 +9,12 @@ The allowance of an output element (``accuracy.allowance``) needs, per element:
 * ``sq``:  sum (terms^2 + floor) (the variance of independent roundings; floor = the
   BF16 subnormal spacing's share, x^2 * MIN_NORMAL^2, so a term among the subnormals
   still counts half a spacing);
-* ``shared``: the sum over the terms' shared factor, for the fitted scale's variance when
-  one rounded dg feeds many elements (a dw column shares x's rows, a dx row shares dg's row):
-  sum_m (dg^2 + floor) |x[m, :]|^2 per column of dw, sum_n (dg^2 + floor) |w_g[:, n]|^2 per row
-  of dx (the Cauchy-Schwarz bound of the correlated part; exact for an outer product, M = 1);
+* ``shared``: for the fitted scale's variance when one rounded dg feeds many elements. A dx
+  row shares its dg row: the fitted scale's numerator moves by sum_mn d_mn dg_mn (r w_g)_mn
+  for roundings d of dg and the FP64 dx rows r, so ``RowTerms.shared`` is
+  sum_mn (dg^2 + floor) (r w_g)^2 + (fc likewise), exact under the model. A dw column shares
+  x's rows, and dw's r is known only after the pass: per column, the Cauchy-Schwarz bound
+  sum_m (dg^2 + floor) |x[m, :]|^2 (exact for an outer product, M = 1);
 * ``prefix``: max over the canonical 1024-row blocks of |running sum| (db/dw only), and
   ``block``: max over blocks of the block's sum |terms|: the partial sums an FP32
   summation in another order passes through are bounded by prefix + 8 x block (an order
@@ -49,7 +51,7 @@ class RowTerms:
     abs: torch.Tensor
     sq: torch.Tensor
     products: torch.Tensor      # |dg w_g^T| + |dfc w_fc^T|: the two partial products a kernel may store
-    shared: torch.Tensor        # [rows]: sum_n (dg^2 + floor) |w_g[:, n]|^2 + (fc likewise): see ``TermSums``
+    shared: float               # sum_mn (dg^2 + floor) (r w_g)_mn^2 + (fc likewise): see above
 
 
 class TermSums:
@@ -66,7 +68,7 @@ class TermSums:
         w_g = inputs["w_g"].float() * self.s_wg
         w_fc = inputs["w_fc"].float() * self.s_wfc
         self._w = {"abs": (w_g.abs().t(), w_fc.abs().t()), "sq": ((w_g * w_g).t(), (w_fc * w_fc).t())}
-        self._w_colsq = ((w_g * w_g).sum(0, keepdim=True).t(), (w_fc * w_fc).sum(0, keepdim=True).t())   # [N, 1]
+        self._w["signed"] = (w_g, w_fc)
         self.shared: dict[str, torch.Tensor] = {}
         self.abs: dict[str, torch.Tensor] = {}
         self.sq: dict[str, torch.Tensor] = {}
@@ -84,16 +86,19 @@ class TermSums:
         floor_g, floor_fc = (MIN_NORMAL * self.s_dg) ** 2, (MIN_NORMAL * self.s_dfc) ** 2
         return dg, dfc, (dg * dg + floor_g), (dfc * dfc + floor_fc)
 
-    def rows(self, dg: torch.Tensor, dfc: torch.Tensor, products: torch.Tensor) -> RowTerms:
+    def rows(self, dg: torch.Tensor, dfc: torch.Tensor, products: torch.Tensor, dx: torch.Tensor) -> RowTerms:
         """dx's term sums for these rows of the reference's dg, dfc; ``products`` is
-        |dg w_g^T| + |dfc w_fc^T| as the reference computed them."""
+        |dg w_g^T| + |dfc w_fc^T| and ``dx`` the FP64 dx rows, as the reference computed them."""
         dg, dfc, sq_g, sq_fc = self._scaled(dg, dfc)
         (a_wg, a_wfc), (q_wg, q_wfc) = self._w["abs"], self._w["sq"]
         ug, ufc = 1.0 / (self.s_dg * self.s_wg), 1.0 / (self.s_dfc * self.s_wfc)
         abs_ = (dg.abs() @ a_wg).double() * ug + (dfc.abs() @ a_wfc).double() * ufc
         sq = (sq_g @ q_wg).double() * ug ** 2 + (sq_fc @ q_wfc).double() * ufc ** 2
-        c_g, c_fc = self._w_colsq
-        shared = (sq_g @ c_g).double().squeeze(1) * ug ** 2 + (sq_fc @ c_fc).double().squeeze(1) * ufc ** 2
+        s_r = _pow2_scale(float(dx.abs().max()) if dx.numel() else 0.0)
+        r = (dx * s_r).float()
+        rw_g, rw_fc = r @ self._w["signed"][0], r @ self._w["signed"][1]
+        shared = (float((sq_g * rw_g * rw_g).sum(dtype=torch.float64)) * (ug / s_r) ** 2
+                  + float((sq_fc * rw_fc * rw_fc).sum(dtype=torch.float64)) * (ufc / s_r) ** 2)
         return RowTerms(abs=abs_, sq=sq, products=products.double(), shared=shared)
 
     def add_block(self, x: torch.Tensor, dg: torch.Tensor, dfc: torch.Tensor) -> None:
