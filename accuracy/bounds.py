@@ -68,14 +68,3 @@ def dx_bound(abs_terms: torch.Tensor, exact: torch.Tensor, *, length: int, sched
     relative = (gamma(length, u_math) + unit_roundoff(plan.rounding("dg")) + gamma(ELEMENTWISE_OPS, u_math)
                 + unit_roundoff(plan.rounding("dx_product")) + u_math)
     return relative * abs_terms + unit_roundoff(plan.rounding("dx")) * exact.abs()
-
-
-def order_noise(abs_terms: torch.Tensor, *, length: int, math: torch.dtype) -> torch.Tensor:
-    """Allowance for a reduction done in another (equally valid) order: sqrt(length) * u_math *
-    sum|terms|, the scale of the probabilistic rounding-error model (Higham & Mary, SIAM J. Sci.
-    Comput. 41(5), 2019), not its worst case gamma_length. Two correct FP32 kernels that sum in
-    different orders differ by about this much; where the terms cancel (sum|terms| >> |sum|) it
-    exceeds rtol * |sum| and the gate must not call that a bug. Typical elements are barely
-    touched: at the article's case (length 220000) it is ~2.8e-5 * sum|terms|, about 1/128 of
-    a dw element of typical size."""
-    return (length ** 0.5) * unit_roundoff(math) * abs_terms

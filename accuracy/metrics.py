@@ -15,6 +15,7 @@ from accuracy.tolerances import Tolerance
 from accuracy.ulp import bf16_spacing
 
 WORST_K = 8
+FLOOR_K = 64
 # Positive "excess" values (|err| - rtol|golden|) kept to count mismatches exactly at an atol
 # known only after the last chunk; 4M float32 = 16 MiB. Beyond it the count becomes a range.
 EXCESS_CAP = 1 << 22
@@ -77,13 +78,12 @@ class ErrorStats:
         self.log10_hist = torch.zeros(len(LOG10_EDGES) - 1, dtype=torch.int64)
         self.n_exact = 0
         self.bound_seen = False
-        self.order_noise_seen = False
         self.max_noise_ratio = 0.0
         self.max_util = (-1.0, None)
         self.n_over_bound = 0
         self.sum_bound = 0.0
         self.allowance_seen = False
-        self.floor_candidates: list[torch.Tensor] = []   # [|golden|, rtol|golden| + allowance] pairs
+        self.floor_candidates: torch.Tensor | None = None   # [|golden|, rtol|golden| + allowance] rows
         self.aggregate_seen = False
         self.direction_seen = True
         self.sum_eb = self.sum_bb = self.sum_vbb = 0.0
@@ -91,7 +91,7 @@ class ErrorStats:
 
     def update(self, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | None = None,
                row_offset: int = 0, rounded_terms: torch.Tensor | None = None,
-               order_noise: torch.Tensor | None = None, allowance: torch.Tensor | None = None,
+               allowance: torch.Tensor | None = None,
                exact: torch.Tensor | None = None, noise_var: torch.Tensor | None = None,
                shared_var: torch.Tensor | None = None, shared_axis: int | None = None,
                shared_total: float = 0.0, direction: bool = True) -> None:
@@ -99,8 +99,6 @@ class ErrorStats:
         stores in BF16 before the final rounding (dx's two products); rtol applies to
         |golden| + rounded_terms, since each rounding point can flip once and a flip at a
         product moves the result by the product's ULP.
-        ``order_noise``: per element, the summation-order allowance of a reduction (see
-        ``accuracy.bounds.order_noise``), added to the tolerance.
         ``allowance``: per element, what the operator's legitimate choices may add
         (``accuracy.allowance``), added to the tolerance.
         ``exact``, ``noise_var``, ``shared_var``/``shared_axis`` and ``direction``: the FP64
@@ -159,11 +157,8 @@ class ErrorStats:
             self.allowance_seen = True
         else:
             allow = None
-        if order_noise is not None:
-            noise = select(order_noise)
-            excess -= noise
-            self.order_noise_seen = True
-            ratio = (abs_err / noise).nan_to_num_(nan=0.0)
+        if allow is not None:
+            ratio = (abs_err / allow).nan_to_num_(nan=0.0)
             self.max_noise_ratio = max(self.max_noise_ratio, float(ratio.max()))
         rel = (abs_err / abs_b).nan_to_num_(nan=0.0)      # inf where the golden is 0 and the error is not
         spacing = bf16_spacing(b)
@@ -228,17 +223,21 @@ class ErrorStats:
             self.sum_bound += float(bd.sum(dtype=torch.float64))
 
     def _floor_candidates(self, abs_b: torch.Tensor, scale: torch.Tensor, allow: torch.Tensor | None) -> None:
-        """The elements where a uniform relative error shows first: the 8 smallest
-        (rtol scale + allowance) / |golden| and the 8 largest |golden| (atol, known only
-        after the last chunk, matters least there)."""
+        """The elements where a uniform relative error shows first: the FLOOR_K smallest
+        (rtol scale + allowance) / |golden| and the FLOOR_K largest |golden| over the whole output
+        (atol, known only after the last chunk, matters least there), kept as a running global
+        selection so that the floor does not depend on how the rows were chunked."""
         margin = self.tol.rtol * scale if allow is None else self.tol.rtol * scale + allow
         nonzero = abs_b > 0
         if not bool(nonzero.any()):
             return
-        mags, margin = abs_b[nonzero], margin[nonzero]
-        k = min(WORST_K, mags.numel())
-        picks = torch.cat([torch.topk(margin / mags, k, largest=False).indices, torch.topk(mags, k).indices])
-        self.floor_candidates.append(torch.stack([mags[picks].double(), margin[picks].double()], 1).cpu())
+        pairs = torch.stack([abs_b[nonzero].double(), margin[nonzero].double()], 1).cpu()
+        if self.floor_candidates is not None:
+            pairs = torch.cat([self.floor_candidates, pairs])
+        k = min(FLOOR_K, pairs.shape[0])
+        picks = torch.cat([torch.topk(pairs[:, 1] / pairs[:, 0], k, largest=False).indices,
+                           torch.topk(pairs[:, 0], k).indices]).unique()
+        self.floor_candidates = pairs[picks]
 
     def _shared(self, exact: torch.Tensor, shared_var: torch.Tensor, axis: int) -> None:
         """The correlated part of the fitted scale's variance: sum_j V_j |r_j|^2 over the rows
@@ -318,8 +317,8 @@ class ErrorStats:
         norm = math.sqrt(self.sq_a * self.sq_b_pairs)
         signed = self.n_pos + self.n_neg
         floor = None
-        if self.floor_candidates:
-            cand = torch.cat(self.floor_candidates)
+        if self.floor_candidates is not None:
+            cand = self.floor_candidates
             floor = float(((cand[:, 1] + atol_eff) / cand[:, 0]).min())
         return {
             "shape": self.shape, "numel": self.n, "compared": self.n_compared,
@@ -349,7 +348,7 @@ class ErrorStats:
             "cosine": self.dot / norm if norm > 0 else (1.0 if self.sq_a == self.sq_b_pairs == 0 else 0.0),
             "small_value_share": self.n_zero_passes / self.n if self.n else 0.0,
             "zero_passes_seed_gate": self.n > 0 and self.n_zero_passes == self.n,
-            "order_noise_max_ratio": self.max_noise_ratio if self.order_noise_seen else None,
+            "allowance_max_ratio": self.max_noise_ratio if self.allowance_seen else None,
             "bound_max_utilisation": self.max_util[0] if self.bound_seen and self.max_util[1] is not None else None,
             "bound_max_utilisation_index": self.max_util[1] if self.bound_seen else None,
             "bound_exceeded": self.n_over_bound if self.bound_seen else None,

@@ -1,0 +1,62 @@
+"""A verdict depends on the kernel's numbers only: not on --chunk-rows, not on which other
+backends share the run, not on what the kernel declares (the last is
+tests/mutants/test_gate_power.py::test_the_verdict_ignores_what_a_kernel_declares)."""
+import math
+
+import pytest
+
+from accuracy.compare import REFERENCE, compare_case
+from accuracy.gate import gated_verdicts
+from cases.evaluate import declared_schedule
+from cases.spec import CaseSpec, make_inputs
+from kernels import plain
+from kernels.mutants import MUTANTS
+from kernels.registry import Backend, resolve
+from kernels.runner import run_backend
+
+SPEC = CaseSpec(4097, 96, 200, "unit", 0)
+BACKENDS = [Backend("plain", plain.plain), Backend("truncating", plain.round_toward_zero_stores),
+            Backend("db_last_tile_only", MUTANTS["db_last_tile_only"])]
+OTHERS = [resolve("torch-eager"), Backend("bf16_math", plain.bf16_math), Backend("tail_dropped", MUTANTS["tail_dropped"])]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    inputs = make_inputs(SPEC)
+    return inputs, {b.name: run_backend(b, inputs).outputs for b in BACKENDS + OTHERS}
+
+
+def _gate(inputs, outputs, chosen, chunk_rows):
+    comparison = compare_case(inputs, {b.name: outputs[b.name] for b in chosen},
+                              {b.name: declared_schedule(b) for b in chosen}, chunk_rows=chunk_rows)
+    result = {}
+    for b in (b for b in chosen if b in BACKENDS):
+        metrics = comparison["backends"][b.name]
+        verdicts = gated_verdicts(metrics, case=SPEC.id, backend=b.name)
+        result[b.name] = {o: (v.passed, v.elementwise_passed, v.scale_passed, v.direction_passed, v.own_passed,
+                              metrics[o][REFERENCE]["mismatches"], metrics[o][REFERENCE]["detection_floor"],
+                              metrics[o][REFERENCE]["aggregate"]["scale_beta"])
+                          for o, v in verdicts.items()}
+    return result
+
+
+def _same(a: dict, b: dict) -> None:
+    for name in a:
+        for o, (*exact_a, floor_a, beta_a) in a[name].items():
+            *exact_b, floor_b, beta_b = b[name][o]
+            assert exact_a == exact_b, (name, o, exact_a, exact_b)
+            # floats summed over chunks in float64: equal to rounding, never across a threshold
+            assert math.isclose(floor_a, floor_b, rel_tol=1e-6), (name, o, floor_a, floor_b)
+            assert math.isclose(beta_a, beta_b, rel_tol=1e-6, abs_tol=1e-12), (name, o, beta_a, beta_b)
+
+
+def test_verdicts_do_not_depend_on_chunk_rows_or_the_other_backends(runs):
+    inputs, outputs = runs
+    base = _gate(inputs, outputs, BACKENDS, 8192)
+    assert not all(all(v[0] for v in per_o.values()) for per_o in base.values())   # a failing kernel is in it
+    assert all(v[0] for v in base["plain"].values())
+    for chunk_rows in (1000, 4096, 8191):
+        _same(base, _gate(inputs, outputs, BACKENDS, chunk_rows))
+    _same(base, _gate(inputs, outputs, BACKENDS + OTHERS, 8192))
+    for b in BACKENDS:     # each alone
+        _same({b.name: base[b.name]}, _gate(inputs, outputs, [b], 8192))
