@@ -239,7 +239,15 @@ def status_counts(cells: Mapping[tuple[str, str, str], Cell], backends: Sequence
 # --------------------------------------------------------------------------- per-output details
 
 DETAIL_METRICS = ("ulp_p50", "ulp_p99", "ulp_max", "max_abs_err", "max_rel_err", "mismatch_fraction",
-                  "bound_max_utilisation", "golden_max_abs")
+                  "bound_max_utilisation", "golden_max_abs", "detection_floor")
+AGGREGATE_METRICS = ("scale_beta", "scale_allowed")
+
+
+def _detail_values(m: Mapping) -> dict:
+    """The detail table's numbers of one record: its metrics and, where the gate made them, the
+    fitted scale and its allowed band."""
+    agg = m.get("aggregate") if isinstance(m.get("aggregate"), Mapping) else {}
+    return {**{k: num(m.get(k)) for k in DETAIL_METRICS}, **{k: num(agg.get(k)) for k in AGGREGATE_METRICS}}
 
 
 @dataclass
@@ -306,8 +314,7 @@ def details(idx: Index) -> list[Detail]:
                 worst = [w for w in (m.get("worst") or []) if isinstance(w, Mapping)]
                 d.rows.append(DetailRow(
                     case, str(rec.get("status", "?")), row_anchor(case.id, backend, output), str(rec.get("golden", "")),
-                    {k: num(m.get(k)) for k in DETAIL_METRICS},
-                    {k: num(fp.get(k)) for k in DETAIL_METRICS}, worst,
+                    _detail_values(m), _detail_values(fp), worst,
                     int(num(m.get("nonfinite_disagreements")) or 0), str(rec.get("message", ""))))
             if d.rows or d.hist:
                 out.append(d)
