@@ -155,6 +155,10 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
     return res
 
 
+def _g(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
 def table(res: dict) -> str:
     """Markdown: false alarms per correct backend x case, then catch rates per mutant."""
     summary = seed_stats.summarize(res["records"])
@@ -180,7 +184,7 @@ def table(res: dict) -> str:
         o_worst, g_worst = max(groups, key=lambda og: og[1]["p99_ulp"]["max"] or 0)
         p = g_worst["p99_ulp"]
         lines.append(f"| {b} | {case} | {seeds} | {len(unknown)} | {len(known)} | {hi:.3f} | "
-                     f"{o_worst}: {p['median']} / {p['max']} |")
+                     f"{o_worst}: {_g(p['median'])} / {_g(p['max'])} |")
     lines += ["", "### Catch rate of wrong kernels (caught = some case fails some output at that seed)", "",
               "| wrong kernel | caught / seeds | rate | Wilson 95% interval | first catching case (most seeds) | "
               "outputs failing there |", "|---|---|---|---|---|---|"]
