@@ -143,7 +143,7 @@ def dx(rows: RowTerms, floor_l1: torch.Tensor, n: int) -> Allowance:
                      shared_total=(2 / 3) * U_BF16 ** 2 * rows.shared, direction=False)
 
 
-def tile_chain(terms: TermSums, output: str, length: int, tiles: int, tile_rows: int,
+def tile_chain(terms: TermSums, output: str, base: torch.Tensor, tiles: int, tile_rows: int,
                accumulator_unit_roundoff: float) -> torch.Tensor:
     """How far a kernel that follows a tiled schedule may legitimately be from that schedule's
     emulation, for db / dw: its FP32 tile partials differ from the emulation's in the last bits
@@ -152,10 +152,9 @@ def tile_chain(terms: TermSums, output: str, length: int, tiles: int, tile_rows:
     the ``tiles`` casts and adds moves the difference by a step uniform in +-1 ULP of the value
     rounded, the running sum or the tile's partial, B <= prefix + (tile_rows / 1024) x max |block
     sum| (``goldens.terms``), independently: sigma = 2 u_acc B sqrt(2 tiles / 3);
-    plus the per-term allowance of one rounding (``Allowance.vs_own``). ``tests/mutants/
+    plus ``base``, the per-term allowance of one rounding (``reduction(...).vs_own``). ``tests/mutants/
     test_gate_power.py`` replays an ensemble of valid FP32 partial orders through the article's
     chain and checks every member is within this allowance, and the tiling mutants are not."""
-    base = reduction(terms, output, length).vs_own
     if tiles <= 1 or accumulator_unit_roundoff <= U_FP32:
         return base
     blocks = max(1, -(-tile_rows // 1024))

@@ -69,6 +69,15 @@ def _bound(name: str, exact: torch.Tensor, abs_terms: torch.Tensor | None, sched
                            inputs_stored=stored, output="dw")      # reduction over M rows
 
 
+def _update_gated(st: ErrorStats, actual: torch.Tensor, exact: torch.Tensor, model: "allowance.Allowance",
+                  row_offset: int = 0) -> None:
+    """The gated comparison: against the reference (``exact`` rounded once to BF16) with the
+    model's allowance, and the aggregate tests' sums against ``exact``."""
+    st.update(actual, round_to(exact, torch.bfloat16), row_offset=row_offset, allowance=model.vs_reference,
+              exact=exact, noise_var=model.noise_var, shared_var=model.shared_var, shared_axis=model.shared_axis,
+              shared_total=model.shared_total, direction=model.direction)
+
+
 class _OwnSums:
     """db and dw of one backend recomputed from its own stored dg, dfc (FP32, canonical blocks)."""
 
@@ -134,15 +143,10 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                                              row_offset=block.start, allowance=dx_model.vs_own)
         for o in ROW_OUTPUTS:
             exact = block.rows["fp64"][o]
-            reference = round_to(exact, torch.bfloat16)
             model = dx_model if o == "dx" else allowance.elementwise(exact)
             for b, kernel_out in outputs.items():
                 actual = kernel_out[o][block.start:block.stop]
-                per_backend[b][o][REFERENCE].update(actual, reference, row_offset=block.start,
-                                                    allowance=model.vs_reference, exact=exact,
-                                                    noise_var=model.noise_var, shared_var=model.shared_var,
-                                                    shared_axis=model.shared_axis, shared_total=model.shared_total,
-                                                    direction=model.direction)
+                _update_gated(per_backend[b][o][REFERENCE], actual, exact, model, block.start)
                 bound = _bound(o, exact, block.terms.abs, schedules[b], m, n)
                 # the diagnosis layers: one rounding of a stored term may flip (dx), nothing over M
                 noise = dx_model.vs_own if o == "dx" else None
@@ -170,13 +174,9 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
         if o in ROW_OUTPUTS:
             continue
         exact = red["fp64"][o]
-        reference = round_to(exact, torch.bfloat16)
         model = allowance.reduction(terms, o, m)
         for b, kernel_out in outputs.items():
-            per_backend[b][o][REFERENCE].update(kernel_out[o], reference, allowance=model.vs_reference,
-                                                exact=exact, noise_var=model.noise_var, shared_var=model.shared_var,
-                                                shared_axis=model.shared_axis, shared_total=model.shared_total,
-                                                    direction=model.direction)
+            _update_gated(per_backend[b][o][REFERENCE], kernel_out[o], exact, model)
             per_backend[b][o][OWN].update(kernel_out[o], own_sums[b].sums[o], allowance=model.vs_own)
             bound = _bound(o, exact, terms.abs[o], schedules[b], m, n)
             names = golden_layers(schedules[b], diagnose)
@@ -184,7 +184,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                 if g == REFERENCE:
                     continue
                 if g == "tiled":
-                    noise = allowance.tile_chain(terms, o, m, *_tiles_and_accumulator(o, schedules[b], m))
+                    noise = allowance.tile_chain(terms, o, model.vs_own, *_tiles_and_accumulator(o, schedules[b], m))
                 else:
                     noise = model.vs_own
                 per_backend[b][o][g].update(kernel_out[o], red[names[g]][o], bound if g == "fp64" else None,
