@@ -11,6 +11,7 @@ compare, the backend's outputs too).
 
     python benchmarks/seed_case.py                 # the article's case
     python benchmarks/seed_case.py --m 32768       # a smaller M for a quick look
+    python benchmarks/seed_case.py --json out.json # the table as one JSON object too
 """
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-STAGES = ("fp64", "faithful", "tiled", "compare")
+# compare: what the case matrix runs (reference, own, and the three diagnosis layers);
+# gate: the verdict alone (``compare_case(..., diagnose=False)``, the same verdicts)
+# backend: torch-eager alone on the case's inputs (its peak RSS is the floor the framework adds to)
+STAGES = ("fp64", "faithful", "tiled", "backend", "gate", "compare")
 DTYPE_BYTES = {torch.float64: 8, torch.float32: 4, torch.bfloat16: 2}
 
 
@@ -61,20 +65,26 @@ def work(stage: str, m: int, k: int, n: int) -> dict:
     """FLOPs per math dtype and bytes of the ideal single-pass implementation of a stage."""
     mm = 2 * m * k * n                     # one of the four [M,K]x[K,N]-sized products
     layers = {"fp64": torch.float64, "faithful": torch.float32, "tiled": torch.float32}
+    compares = stage in ("compare", "gate")
+    used = {"compare": tuple(layers), "gate": ("fp64",)}.get(stage, (stage,))
     flops: dict = {}
     nbytes = 0
-    for layer, dtype in layers.items():
-        if stage not in (layer, "compare"):
-            continue
+    for layer in used:
+        dtype = layers[layer]
         # dx (2 products) + dw (2 products); the tiled layer shares dx with the faithful one
-        count = 2 if (layer == "tiled" and stage == "compare") else 4
+        count = 2 if (layer == "tiled" and compares) else 4
         flops[dtype] = flops.get(dtype, 0) + count * mm
         s = DTYPE_BYTES[dtype]
         nbytes += 2 * (3 * m * n + m * k) + s * (2 * m * n + m * k)   # read BF16 inputs, write dg, dfc, dx
-    if stage == "compare":
-        flops[torch.float32] += 4 * mm                               # sums of |terms| for the bounds
-        # every comparison reads the kernel's rows and a golden's rows once: 3 goldens x (dg, dfc, dx)
-        nbytes += 3 * (2 + 8) * (2 * m * n + m * k)
+    if compares:
+        # what the verdict needs beside the FP64 layer, in FP32: the term sums of the allowance
+        # (|t| and t^2 for dx and dw, 4 products; dx's and dw's shared-rounding sums, 2 + 2) and
+        # the kernel's own dw and dx from its stored dg, dfc (4)
+        flops[torch.float32] = flops.get(torch.float32, 0) + 12 * mm + 4 * mm
+        # every comparison reads the kernel's rows and a golden's rows once: the reference and
+        # each layer x (dg, dfc, dx), and the own dx
+        goldens = len(used) + 1
+        nbytes += goldens * (2 + 8) * (2 * m * n + m * k) + (2 + 4) * m * k
     return {"flops": flops, "bytes": nbytes}
 
 
@@ -88,11 +98,14 @@ def run_stage(stage: str, m: int, k: int, n: int) -> dict:
 
     inputs = make_inputs(CaseSpec(m, k, n, "seed", 0))
     start = time.perf_counter()
-    if stage == "compare":
+    if stage == "backend":              # what the case needs without the framework: inputs, outputs
+        torch_eager(**inputs)
+        backend_seconds = None
+    elif stage in ("compare", "gate"):
         outputs = torch_eager(**inputs)
         backend_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        compare_case(inputs, {"torch-eager": outputs}, {"torch-eager": TORCH_BF16})
+        compare_case(inputs, {"torch-eager": outputs}, {"torch-eager": TORCH_BF16}, diagnose=stage == "compare")
     else:
         backend_seconds = None
         layer = {"fp64": FP64_GLOBAL, "faithful": FAITHFUL_GLOBAL, "tiled": ARTICLE}[stage]
@@ -109,6 +122,7 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=220000)
     parser.add_argument("--k", type=int, default=512)
     parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--json", help="also write the table as one JSON object to this file")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stage:
@@ -122,18 +136,33 @@ def main() -> None:
           + f"; copy {bandwidth / 1e9:.1f} GB/s")
     print(f"case M={args.m} K={args.k} N={args.n}")
     print(f"{'stage':<10}{'wall s':>9}{'roofline s':>12}{'ratio':>8}{'peak RSS GB':>13}")
+    report = {"m": args.m, "k": args.k, "n": args.n, "threads": torch.get_num_threads(),
+              "matmul_gflops": {str(dt).replace("torch.", ""): r / 1e9 for dt, r in rates.items()},
+              "copy_gbps": bandwidth / 1e9, "stages": []}
     for stage in STAGES:
         proc = subprocess.run([sys.executable, __file__, "--stage", stage, "--m", str(args.m), "--k", str(args.k),
                                "--n", str(args.n)], capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             print(f"{stage:<10} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else proc.returncode}")
+            report["stages"].append({"stage": stage, "failed": proc.stderr.strip()[-2000:] or proc.returncode})
             continue
         result = json.loads(proc.stdout.strip().splitlines()[-1])
-        w = work(stage, args.m, args.k, args.n)
-        roof = sum(f / rates[dt] for dt, f in w["flops"].items()) + w["bytes"] / bandwidth
-        extra = f"  (backend torch-eager {result['backend_seconds']:.1f} s, not included)" if result["backend_seconds"] else ""
-        print(f"{stage:<10}{result['seconds']:>9.1f}{roof:>12.1f}{result['seconds'] / roof:>8.2f}"
-              f"{result['peak_rss_gb']:>13.2f}{extra}")
+        w = work(stage, args.m, args.k, args.n) if stage != "backend" else None
+        roof = sum(f / rates[dt] for dt, f in w["flops"].items()) + w["bytes"] / bandwidth if w else None
+        row = {"stage": stage, "wall_s": result["seconds"], "roofline_s": roof,
+               "ratio": result["seconds"] / roof if roof else None, "peak_rss_gb": result["peak_rss_gb"],
+               "backend_s": result["backend_seconds"]}
+        report["stages"].append(row)
+        extra = f"  (backend torch-eager {row['backend_s']:.1f} s, not included)" if row["backend_s"] else ""
+        fmt = (lambda v, spec: format(v, spec) if v is not None else "-")
+        print(f"{stage:<10}{row['wall_s']:>9.1f}{fmt(roof, '>12.1f')}{fmt(row['ratio'], '>8.2f')}"
+              f"{row['peak_rss_gb']:>13.2f}{extra}")
+    rss = {r["stage"]: r.get("peak_rss_gb") for r in report["stages"]}
+    if rss.get("backend") and rss.get("compare"):
+        report["framework_rss_gb"] = rss["compare"] - rss["backend"]
+        print(f"framework memory (compare minus backend alone): {report['framework_rss_gb']:.2f} GB")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
