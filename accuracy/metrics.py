@@ -81,8 +81,21 @@ def _index(flat: int, row_offset: int, width: int) -> list[int]:
 class ErrorStats:
     """Streaming comparison of kernel output ``actual`` with golden ``expected``."""
 
-    def __init__(self, tol: Tolerance, shape: tuple[int, int]):
+    def __init__(self, tol: Tolerance, shape: tuple[int, int], *, dual: bool = False,
+                 scale_rms: float | None = None):
+        """``dual``: also keep msprobe's benchmark-standard metrics (``accuracy.dual``).
+        ``scale_rms``: the rms that sets the magnitude-aware atol (the output's reference), known
+        before the first element: every mismatch is then counted exactly as it streams past.
+        Without it the atol follows this golden's own rms, known after the last chunk, and the
+        count comes from the kept excess values (exact up to ``EXCESS_CAP`` of them, a range beyond)."""
         self.tol = tol
+        self.dual = dual
+        self.atol_known = None if scale_rms is None else tol.effective_atol(scale_rms)
+        self.scale_rms = scale_rms
+        self.n_mismatch_known = 0
+        self.n_small = self.n_small_err = self.n_normal = self.n_ulp_over_1 = self.n_small_visible = 0
+        self.sum_sq_err_normal = self.sum_rel_normal = 0.0
+        self.max_rel_normal = 0.0
         self.shape = list(shape)
         self.n = 0
         self.n_compared = 0         # both finite
@@ -217,6 +230,8 @@ class ErrorStats:
         spacing = bf16_spacing(b)
         ulp = abs_err / spacing
         self._floor_candidates(abs_b, scale, allow)
+        if self.dual:
+            self._dual(abs_err, abs_b, ulp)
         if exact is not None:
             def select64(t: torch.Tensor) -> torch.Tensor:
                 t = t.reshape(-1).to(a.device).double()
@@ -229,12 +244,15 @@ class ErrorStats:
         self.max_abs = track(self.max_abs, abs_err)
         self.max_rel = track(self.max_rel, rel)
         self.max_ulp = track(self.max_ulp, ulp)
-        over = excess > 0
-        n_over = int(torch.count_nonzero(over))
-        self.n_excess_positive += n_over
-        kept = sum(t.numel() for t in self.excess_kept)
-        if n_over and kept < EXCESS_CAP:
-            self.excess_kept.append(excess[over][: EXCESS_CAP - kept].cpu())
+        if self.atol_known is not None:
+            self.n_mismatch_known += int(torch.count_nonzero(excess > self.atol_known))
+        else:
+            over = excess > 0
+            n_over = int(torch.count_nonzero(over))
+            self.n_excess_positive += n_over
+            kept = sum(t.numel() for t in self.excess_kept)
+            if n_over and kept < EXCESS_CAP:
+                self.excess_kept.append(excess[over][: EXCESS_CAP - kept].cpu())
 
         bar = self.worst[-1]["excess"] if len(self.worst) == WORST_K else None
         top = _best_indices(excess, WORST_K, largest=True, bar=bar)
@@ -300,6 +318,44 @@ class ErrorStats:
         best = torch.cat([torch.topk(pairs[:, 1] / pairs[:, 0], k, largest=False).indices,
                           torch.topk(pairs[:, 0], k).indices]).unique()
         self.floor_candidates = pairs[best]
+
+    def _dual(self, abs_err: torch.Tensor, abs_b: torch.Tensor, ulp: torch.Tensor) -> None:
+        """msprobe's benchmark-standard sums over finite pairs (``accuracy.dual``): small values
+        |golden| <= 2^-10 and their errors over 1e-16; over the other elements the squared error
+        and the relative error |e| / (|golden| + 2^-8); elements beyond 1 BF16 ULP."""
+        from accuracy.dual import REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL
+        small = abs_b <= SMALL_VALUE
+        n_small = int(torch.count_nonzero(small))
+        self.n_small += n_small
+        self.n_small_err += int(torch.count_nonzero(small & (abs_err > SMALL_VALUE_ATOL)))
+        # small values an all-zero output would get wrong: none, and no normal values -> vacuous
+        self.n_small_visible += int(torch.count_nonzero(small & (abs_b > SMALL_VALUE_ATOL)))
+        self.n_normal += abs_err.numel() - n_small
+        self.n_ulp_over_1 += int(torch.count_nonzero(ulp > 1))
+        normal_err = abs_err.masked_fill(small, 0.0)
+        e64 = normal_err.double()
+        self.sum_sq_err_normal += float(torch.dot(e64, e64))
+        rel = normal_err.div_(abs_b + REL_EPS)
+        self.sum_rel_normal += float(rel.sum(dtype=torch.float64))
+        self.max_rel_normal = max(self.max_rel_normal, float(rel.max()))
+
+    def _dual_result(self) -> dict:
+        from accuracy.dual import SMALL_VALUE, SMALL_VALUE_ATOL
+        nonfinite = (self.nonfinite["nan_actual_only"] + self.nonfinite["nan_expected_only"]
+                     + self.nonfinite["inf_mismatch"])
+        return {
+            "small_value": SMALL_VALUE, "small_value_atol": SMALL_VALUE_ATOL,
+            "small_values": self.n_small, "normal_values": self.n_normal,
+            "small_value_error_ratio": self.n_small_err / self.n_small if self.n_small else 0.0,
+            "rmse": math.sqrt(self.sum_sq_err_normal / self.n_normal) if self.n_normal else 0.0,
+            "max_rel_err": self.max_rel_normal,
+            "mean_rel_err": self.sum_rel_normal / self.n_normal if self.n_normal else 0.0,
+            "error_balance": abs(self.n_pos - self.n_neg) / self.n if self.n else 0.0,
+            "ulp_over_1_share": self.n_ulp_over_1 / self.n if self.n else 0.0,
+            "nonfinite_disagreements": nonfinite,
+            # an all-zero output would pass every ratio: no normal values, every small value <= the atol
+            "zero_passes": self.n_normal == 0 and self.n_small_visible == 0,
+        }
 
     def _shared(self, exact: torch.Tensor, shared_var: torch.Tensor, axis: int) -> None:
         """The correlated part of the fitted scale's variance: sum_j V_j |r_j|^2 over the rows
@@ -369,12 +425,16 @@ class ErrorStats:
     def finalize(self) -> dict:
         tol = self.tol
         rms = math.sqrt(self.sq_b / self.n_golden_finite) if self.n_golden_finite else 0.0
-        atol_eff = tol.effective_atol(rms)
-        kept = torch.cat(self.excess_kept) if self.excess_kept else torch.zeros(0)
-        overflow = self.n_excess_positive - kept.numel()
         nonfinite_bad = (self.nonfinite["nan_actual_only"] + self.nonfinite["nan_expected_only"]
                          + self.nonfinite["inf_mismatch"])
-        mismatches = int((kept > atol_eff).sum()) + nonfinite_bad
+        if self.atol_known is not None:
+            atol_eff, overflow = self.atol_known, 0
+            mismatches = self.n_mismatch_known + nonfinite_bad
+        else:
+            atol_eff = tol.effective_atol(rms)
+            kept = torch.cat(self.excess_kept) if self.excess_kept else torch.zeros(0)
+            overflow = self.n_excess_positive - kept.numel()
+            mismatches = int((kept > atol_eff).sum()) + nonfinite_bad
         norm = math.sqrt(self.sq_a * self.sq_b_pairs)
         signed = self.n_pos + self.n_neg
         floor = None
@@ -386,6 +446,7 @@ class ErrorStats:
             "rtol": tol.rtol, "atol": tol.atol, "atol_effective": atol_eff,
             "atol_capped": atol_eff < tol.atol,
             "golden_rms": rms, "golden_max_abs": self.max_golden,
+            "atol_rms": self.scale_rms if self.scale_rms is not None else rms,
             "max_abs_err": max(self.max_abs[0], 0.0), "max_abs_index": self.max_abs[1],
             "max_rel_err": max(self.max_rel[0], 0.0), "max_rel_index": self.max_rel[1],
             "max_excess": self.max_excess[0] if self.max_excess[1] is not None else None,
@@ -417,6 +478,7 @@ class ErrorStats:
             "allowance": self.allowance_seen,
             "detection_floor": floor,
             "aggregate": self._aggregate_result() if self.aggregate_seen else None,
+            "dual": self._dual_result() if self.dual else None,
         }
 
     def _aggregate_result(self) -> dict:

@@ -154,9 +154,10 @@ def main() -> None:
                "backend_s": result["backend_seconds"]}
         report["stages"].append(row)
         extra = f"  (backend torch-eager {row['backend_s']:.1f} s, not included)" if row["backend_s"] else ""
-        fmt = (lambda v, spec: format(v, spec) if v is not None else "-")
-        print(f"{stage:<10}{row['wall_s']:>9.1f}{fmt(roof, '>12.1f')}{fmt(row['ratio'], '>8.2f')}"
-              f"{row['peak_rss_gb']:>13.2f}{extra}")
+        def fmt(v, width, digits):
+            return f"{v:>{width}.{digits}f}" if v is not None else f"{'-':>{width}}"
+        print(f"{stage:<10}{fmt(row['wall_s'], 9, 1)}{fmt(roof, 12, 1)}{fmt(row['ratio'], 8, 2)}"
+              f"{fmt(row['peak_rss_gb'], 13, 2)}{extra}")
     rss = {r["stage"]: r.get("peak_rss_gb") for r in report["stages"]}
     if rss.get("backend") and rss.get("compare"):
         report["framework_rss_gb"] = rss["compare"] - rss["backend"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from accuracy.compare import compare_case
 from accuracy.determinism import same_bits, compare_runs
+from accuracy.dual import DEFAULT_BENCHMARK, DualVerdict, dual_verdicts
 from accuracy.gate import Verdict, gated_verdicts
 from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import TiledSchedule
@@ -48,6 +49,8 @@ class CaseOutcome:
     golden_seconds: float | None = None
     schedules: dict[str, str] = field(default_factory=dict)   # backend -> name of the schedule its goldens replay
     error: str | None = None    # the case itself could not be evaluated (inputs, goldens)
+    dual: dict[str, dict[str, DualVerdict]] = field(default_factory=dict)   # backend -> output -> verdict
+    dual_missing: str | None = None   # why there is no dual verdict at this case (no benchmark outputs)
 
 
 def _bit_identical(a: dict, b: dict) -> bool:
@@ -56,12 +59,15 @@ def _bit_identical(a: dict, b: dict) -> bool:
 
 def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = "cpu",
                   chunk_rows: int = DEFAULT_CHUNK_ROWS, isolate: bool = False,
-                  cell_timeout: float | None = None, repeats: int = 1) -> CaseOutcome:
+                  cell_timeout: float | None = None, repeats: int = 1,
+                  benchmark: str | None = DEFAULT_BENCHMARK) -> CaseOutcome:
     """``isolate``: run each nameable backend in its own child process (``kernels.isolated``), so a
     crash or a hang (past ``cell_timeout`` seconds) costs only its own cell.
     ``repeats``: run each backend that many times; its run records whether the repeats are bit-identical
     to the first (``accuracy.determinism``), and every repeat that is not is gated too: an output
-    passes only if it passes in every repeat."""
+    passes only if it passes in every repeat.
+    ``benchmark``: the backend whose errors the dual-benchmark verdict divides by (``accuracy.dual``);
+    it must be among ``backends`` for that verdict to exist."""
     try:
         inputs = make_inputs(spec, device)
     except Exception as exc:
@@ -126,6 +132,9 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         outcome.verdicts[name] = gated_verdicts(outcome.comparison["backends"][name], case=spec.id, backend=name,
                                                 attribution=outcome.comparison["attribution"][name])
     _fold_repeats(outcome, repeat_of, repeats)
+    if benchmark is not None:
+        outcome.dual, outcome.dual_missing = dual_verdicts(outcome.comparison, benchmark, case=spec.id,
+                                                           runs=runs)
     return outcome
 
 
@@ -143,9 +152,26 @@ def _fold_repeats(outcome: CaseOutcome, repeat_of: Mapping[str, str], repeats: i
         comparison["attribution"].pop(key)
 
 
-def records_for(outcome: CaseOutcome, backend: str, judge_of=None) -> list[dict]:
+def _gate_status(gate: str, absolute_status: str, absolute_message: str, dual: DualVerdict | None,
+                 dual_missing: str | None) -> tuple[str, str]:
+    """(status, message) of a gated output under ``gate`` (absolute, dual or both)."""
+    if gate == "absolute":
+        return absolute_status, absolute_message
+    dual_message = dual.message if dual is not None else (
+        f"Dual-benchmark verdict unavailable: {dual_missing or 'no benchmark'}")
+    dual_passed = dual is not None and dual.passed
+    if gate == "dual":
+        return ("pass" if dual_passed else "fail"), dual_message
+    if dual_passed:
+        return absolute_status, absolute_message
+    return "fail", absolute_message + "\n\n" + dual_message
+
+
+def records_for(outcome: CaseOutcome, backend: str, judge_of=None, gate: str = "absolute") -> list[dict]:
     """Result records of one backend at one case (one per output x golden, or one for a skip/error).
-    ``judge_of(output, golden, passed, metrics)``: the ``cases.expectations.Judgement`` of a gated output."""
+    ``judge_of(output, golden, passed, metrics)``: the ``cases.expectations.Judgement`` of a gated output
+    (known failures are judged on the absolute verdict). ``gate``: which verdict sets the status:
+    ``absolute`` (the operator's criterion), ``dual`` (``accuracy.dual``) or ``both``."""
     spec = outcome.spec
     base = {"case": spec.id, "case_spec": spec.asdict(), "backend": backend,
             "schedule": outcome.schedules.get(backend)}
@@ -172,13 +198,25 @@ def records_for(outcome: CaseOutcome, backend: str, judge_of=None) -> list[dict]
                                       **run.determinism["outputs"].get(output, {})}
             if gated:
                 judgement = judge_of(output, golden, verdict.passed, m) if judge_of else None
-                rec["status"] = judgement.status if judgement else ("pass" if verdict.passed else "fail")
+                absolute_status = judgement.status if judgement else ("pass" if verdict.passed else "fail")
+                absolute_message = verdict.message
+                if judgement is not None and judgement.note:
+                    absolute_message += "\n" + judgement.note
+                dual = outcome.dual.get(backend, {}).get(output)
+                rec["gate"] = gate
+                rec["absolute_status"] = absolute_status
+                rec["status"], rec["message"] = _gate_status(gate, absolute_status, absolute_message, dual,
+                                                             outcome.dual_missing)
+                rec["dual"] = None if dual is None else {
+                    "benchmark": dual.benchmark, "passed": dual.passed, "ratios": dual.ratios, "failed": dual.failed,
+                    "ulp_share": dual.ulp_share, "ulp_share_benchmark": dual.ulp_share_benchmark,
+                    "ulp_rule_passed": dual.ulp_rule_passed, "nonfinite_consistent": dual.nonfinite_consistent,
+                    "vacuous": dual.vacuous, "message": dual.message}
+                if dual is None and outcome.dual_missing:
+                    rec["dual_missing"] = outcome.dual_missing
                 rec["vacuous_seed_gate"] = verdict.vacuous_seed_gate
                 rec["atol_capped"] = verdict.atol_capped
-                rec["message"] = verdict.message
                 if judgement is not None:
-                    if judgement.note:
-                        rec["message"] += "\n" + judgement.note
                     if judgement.entry is not None:
                         rec["expected_reason"] = judgement.entry.reason
                         rec["expected_source"] = judgement.entry.source

@@ -44,6 +44,14 @@ def pytest_addoption(parser):
                          "takes the worker down)")
     group.addoption("--chunk-rows", type=int, default=8192, metavar="N",
                     help="rows per streaming chunk of the goldens (memory vs. speed)")
+    group.addoption("--benchmark", default="torch-eager", metavar="NAME",
+                    help="the trusted backend of the dual-benchmark verdict (msprobe's error ratios); it runs at "
+                         "every case even when not listed with --backend; 'none' turns the dual verdict off "
+                         "(default: torch-eager)")
+    group.addoption("--gate", choices=("absolute", "dual", "both"), default="absolute",
+                    help="the verdict a cell is gated on: absolute (the operator's rtol/atol criterion with the "
+                         "allowance of its legitimate choices), dual (msprobe's ratios to --benchmark), or both "
+                         "(default: absolute)")
 
 
 def pytest_configure(config):
@@ -55,6 +63,8 @@ def pytest_configure(config):
         raise pytest.UsageError("--cell-timeout must be > 0 seconds")
     if config.getoption("--chunk-rows", default=8192) < 1:
         raise pytest.UsageError(f"--chunk-rows must be >= 1, got {config.getoption('--chunk-rows')}")
+    if config.getoption("--gate", default="absolute") != "absolute" and benchmark_name(config) is None:
+        raise pytest.UsageError(f"--gate {config.getoption('--gate')} needs a benchmark; --benchmark none turns it off")
     # group cells of one case on one worker; harmless without xdist
     if hasattr(config.option, "dist") and config.option.dist in ("load", "no") and getattr(
             config.option, "numprocesses", None):
@@ -110,11 +120,23 @@ def _writable_root(path: str) -> Path:
 RESULTS_ROOT = pytest.StashKey[Path]()
 
 
+def benchmark_name(config) -> str | None:
+    """The dual verdict's benchmark backend, or None (``--benchmark none``)."""
+    name = config.getoption("--benchmark", default="torch-eager")
+    return None if name in (None, "none") else name
+
+
+def backend_names(config) -> list[str]:
+    """The backends of every case: the selected ones, then the benchmark if it is not among them."""
+    names = list(dict.fromkeys(config.getoption("--backend") or list(DEFAULT_BACKENDS)))
+    bench = benchmark_name(config)
+    return names + [bench] if bench is not None and bench not in names else names
+
+
 def selected_backends(config):
     from kernels.registry import BackendNotFound, resolve
-    names = config.getoption("--backend") or list(DEFAULT_BACKENDS)
     try:
-        return [resolve(n) for n in dict.fromkeys(names)]
+        return [resolve(n) for n in backend_names(config)]
     except BackendNotFound as exc:
         raise pytest.UsageError(str(exc)) from exc
 
@@ -227,7 +249,7 @@ PLANNED = pytest.StashKey[list]()
 def _param_cells(config) -> dict[str, tuple[str, str]]:
     """Test parameter id -> (case id, backend name), for every cell the options can produce."""
     from cases.matrix import PROFILES
-    names = list(dict.fromkeys(config.getoption("--backend") or list(DEFAULT_BACKENDS)))
+    names = backend_names(config)
     cases = PROFILES[config.getoption("--profile")](config.getoption("--seeds"))
     return {f"{spec.id}-{b}": (spec.id, b) for spec in cases for b in names}
 

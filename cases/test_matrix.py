@@ -16,7 +16,7 @@ from accuracy.gate import AccuracyError
 from accuracy.results import _safe, to_json, write_atomic, write_cell
 from cases import expectations
 from cases.evaluate import evaluate_case, golden_records, records_for
-from cases.plugin import CELLS, _worker, platform_facts, run_folder, shard_dir
+from cases.plugin import CELLS, _worker, benchmark_name, platform_facts, run_folder, shard_dir
 
 _CASES: dict = {}          # case id -> the case's evaluated cells (JSON), per worker process
 _PENDING: dict = {}        # case id -> backends this process has still to report
@@ -25,11 +25,17 @@ _EXPECTATIONS = expectations.load()
 
 def _evaluate(config, spec) -> dict:
     """Evaluate one case (every backend, one golden pass) and judge every backend's outputs."""
-    backends = config.stash[CELLS][spec.id]
+    backends = list(config.stash[CELLS][spec.id])
+    bench = benchmark_name(config)
+    if bench is not None and bench not in [b.name for b in backends]:
+        # its outputs are the dual verdict's denominator even where its own cells were deselected
+        from kernels.registry import resolve
+        backends.append(resolve(bench))
     device, facts = config.getoption("--device"), platform_facts(config)
     outcome = evaluate_case(spec, backends, device=device, chunk_rows=config.getoption("--chunk-rows"),
                             isolate=not config.getoption("--no-isolation"),
-                            cell_timeout=config.getoption("--cell-timeout"), repeats=config.getoption("--repeats"))
+                            cell_timeout=config.getoption("--cell-timeout"), repeats=config.getoption("--repeats"),
+                            benchmark=bench)
     write_cell(shard_dir(config), _worker(config), f"{spec.id}--goldens", golden_records(outcome))
     cells = {}
     for b in backends:
@@ -37,7 +43,7 @@ def _evaluate(config, spec) -> dict:
             return expectations.judge_output(_EXPECTATIONS, name, spec.id, output, golden, passed,
                                              metrics, device=device, facts=facts)
         run = outcome.runs.get(b.name)
-        cells[b.name] = {"records": records_for(outcome, b.name, judge),
+        cells[b.name] = {"records": records_for(outcome, b.name, judge, gate=config.getoption("--gate")),
                          "skipped": run.skipped if run else None, "error": run.error if run else None}
     return to_json({"error": outcome.error, "cells": cells})
 
@@ -76,6 +82,10 @@ def rerun_command(config, spec, backend: str) -> str:
         args += ["--device", config.getoption("--device")]
     if config.getoption("--repeats") > 1:
         args += ["--repeats", str(config.getoption("--repeats"))]
+    if config.getoption("--gate") != "absolute":
+        args += ["--gate", config.getoption("--gate")]
+    if config.getoption("--benchmark") != "torch-eager":
+        args += ["--benchmark", config.getoption("--benchmark")]
     return "Rerun this cell alone: " + " ".join(shlex.quote(a) for a in args)
 
 

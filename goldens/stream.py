@@ -123,13 +123,17 @@ class GoldenPass:
     FP64 layer's running sums) and every block its dx term sums."""
 
     def __init__(self, inputs: Mapping[str, torch.Tensor], layers: Mapping[str, TiledSchedule], *,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS, terms: bool = False):
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, terms: bool = False, reductions: bool = True):
+        """``reductions=False``: the row outputs only (no db, dw): half the matmuls."""
         if chunk_rows < 1:
             raise ValueError("chunk_rows must be >= 1")
         self.inputs = inputs
         self.layers = dict(layers)
         self.chunk_rows = -(-chunk_rows // REDUCTION_BLOCK) * REDUCTION_BLOCK   # chunk edges are block edges
         self.want_terms = terms
+        self.want_reductions = reductions
+        if terms and not reductions:
+            raise ValueError("terms=True needs the reductions")
         self.reference = None
         if terms:
             # the term sums follow the reference's path: FP64 from the BF16 inputs, global sums
@@ -205,6 +209,8 @@ class GoldenPass:
                     block["dx_rounded_terms"] = p_g.abs() + p_fc.abs()
                 for name in users:
                     rows[name] = block
+                if not self.want_reductions:
+                    continue
                 # db: the b kernel sums dg/dfc in the math dtype, before the store rounds them
                 db_g_in, db_fc_in = (dg_m, dfc_m) if plan.db_input == "math" else (dg_s, dfc_s)
                 tiles_b = {n: self.layers[n].tile_m_b for n in users}
@@ -226,7 +232,7 @@ class GoldenPass:
                             dw_acc[name].add(seg, b - a)
             yield RowBlock(start, stop, rows, row_terms)
 
-        for name, sched in self.layers.items():
+        for name, sched in (self.layers.items() if self.want_reductions else ()):
             db_acc[name].close_tile()
             dw_acc[name].close_tile()
             math = sched.plan.math

@@ -1,4 +1,7 @@
-"""``python -m reports RESULTS -o OUT [--baseline PREV]``: render a results directory into OUT/index.html."""
+"""``python -m reports RESULTS -o OUT [--baseline PREV]``: render a results directory into OUT/index.html.
+
+``python -m reports csv RESULTS -o FILE``: the dual-benchmark metrics as msprobe's detail CSV
+(``reports.msprobe_csv``)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +9,32 @@ import sys
 import time
 
 
+def csv_main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reports csv",
+                                     description="write the dual-benchmark metrics in msprobe's CSV column order")
+    parser.add_argument("results", help="a results directory, a run folder or a results JSON file")
+    parser.add_argument("-o", "--out", required=True, help="the CSV file to write")
+    args = parser.parse_args(argv)
+    from accuracy.results import load_records
+    from reports.msprobe_csv import write
+    try:
+        records = load_records(args.results)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    n = write(records, args.out)
+    if n == 0:
+        print(f"error: {args.results} has no dual-benchmark verdicts (a run with --benchmark none, or one made "
+              f"before the dual verdict existed)", file=sys.stderr)
+        return 1
+    print(f"{args.out}: {n} rows")
+    return 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "csv":
+        return csv_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("results", help="a results directory (renders its latest run), a run folder "
                                         "(results/runs/<run>) or a results JSON file")

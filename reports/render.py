@@ -19,6 +19,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from accuracy.dual import RATIO_LIMITS
 from reports import data as D
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -219,6 +220,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     attribution = D.attribution_split(idx)
     vac_rows, vac_table = D.vacuity(idx)
     panels = D.drift_panels(idx)
+    dual = D.dual_tables(idx)
     diff = None
     if baseline is not None:
         diff = D.baseline_diff(idx, D.index(load(baseline)))
@@ -294,7 +296,8 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
         vac_rows=vac_rows, vac_table=vac_table, vac_img=vac_img, drift_imgs=drift_imgs, panels=panels,
         td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.SEED_RTOL,
         seed_atol=D.SEED_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
-        sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform, run_info=run_info)
+        sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform, run_info=run_info,
+        dual=dual, dual_limits=RATIO_LIMITS)
     timings["html"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     timings["total CPU"] = time.process_time() - cpu_start
