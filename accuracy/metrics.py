@@ -93,7 +93,8 @@ class ErrorStats:
         self.atol_known = None if scale_rms is None else tol.effective_atol(scale_rms)
         self.scale_rms = scale_rms
         self.n_mismatch_known = 0
-        self.n_small = self.n_small_err = self.n_normal = self.n_ulp_over_1 = self.n_small_visible = 0
+        self.n_small = self.n_small_err = self.n_normal = self.n_ulp_over_1 = 0
+        self.n_golden_visible = 0   # finite |golden| above msprobe's small-value atol (what zeros get wrong)
         self.sum_sq_err_normal = self.sum_rel_normal = 0.0
         self.max_rel_normal = 0.0
         self.shape = list(shape)
@@ -328,8 +329,6 @@ class ErrorStats:
         n_small = int(torch.count_nonzero(small))
         self.n_small += n_small
         self.n_small_err += int(torch.count_nonzero(small & (abs_err > SMALL_VALUE_ATOL)))
-        # small values an all-zero output would get wrong: none, and no normal values -> vacuous
-        self.n_small_visible += int(torch.count_nonzero(small & (abs_b > SMALL_VALUE_ATOL)))
         self.n_normal += abs_err.numel() - n_small
         self.n_ulp_over_1 += int(torch.count_nonzero(ulp > 1))
         normal_err = abs_err.masked_fill(small, 0.0)
@@ -353,8 +352,8 @@ class ErrorStats:
             "error_balance": abs(self.n_pos - self.n_neg) / self.n if self.n else 0.0,
             "ulp_over_1_share": self.n_ulp_over_1 / self.n if self.n else 0.0,
             "nonfinite_disagreements": nonfinite,
-            # an all-zero output would pass every ratio: no normal values, every small value <= the atol
-            "zero_passes": self.n_normal == 0 and self.n_small_visible == 0,
+            # an all-zero output would pass every ratio: every finite |golden| <= the small-value atol
+            "zero_passes": self.n_golden_visible == 0,
         }
 
     def _shared(self, exact: torch.Tensor, shared_var: torch.Tensor, axis: int) -> None:
@@ -419,6 +418,9 @@ class ErrorStats:
         if abs_b.numel() == 0:
             return
         self.max_golden = max(self.max_golden, float(abs_b.max()))
+        if self.dual:
+            from accuracy.dual import SMALL_VALUE_ATOL
+            self.n_golden_visible += int(torch.count_nonzero(abs_b > SMALL_VALUE_ATOL))
         b64 = abs_b.double()
         self.sq_b += float(torch.dot(b64, b64))
 
