@@ -180,7 +180,8 @@ def _check_cpu_capacity(m: int, k: int, n: int, variant: str) -> None:
         raise BackendUnsupported(
             f"M={m} is above the CPU interpreter limit M<={max_m} ({MAX_M_ENV}): PyPTO's interpreter "
             f"runs ~2.5 s per 1000 rows at K=512, N=1024 on 2 cores (about {est_s / 60:.0f} min for this "
-            f"case, K={k}, N={n}); run it on an NPU host")
+            f"case, K={k}, N={n}); run it on an NPU host, or lift the limit for this run with "
+            f"{MAX_M_ENV}={m}")
     # Buffers the backend holds: a CPU copy of the inputs, the outputs, the FP32 accumulators,
     # plus one call's interpreter working set (measured <= 1.4 GB with the default chunks at
     # K=512, N=1024; scaled with the row width and the chunk).
