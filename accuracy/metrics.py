@@ -81,15 +81,17 @@ def _index(flat: int, row_offset: int, width: int) -> list[int]:
 class ErrorStats:
     """Streaming comparison of kernel output ``actual`` with golden ``expected``."""
 
-    def __init__(self, tol: Tolerance, shape: tuple[int, int], *, dual: bool = False,
+    def __init__(self, tol: Tolerance, shape: tuple[int, int], *, dual: bool = False, dual_only: bool = False,
                  scale_rms: float | None = None):
-        """``dual``: also keep msprobe's benchmark-standard metrics (``accuracy.dual``).
+        """``dual``: also keep msprobe's benchmark-standard metrics (``accuracy.dual``); ``dual_only``:
+        keep only those (and the golden's sums): a quarter of the passes.
         ``scale_rms``: the rms that sets the magnitude-aware atol (the output's reference), known
         before the first element: every mismatch is then counted exactly as it streams past.
         Without it the atol follows this golden's own rms, known after the last chunk, and the
         count comes from the kept excess values (exact up to ``EXCESS_CAP`` of them, a range beyond)."""
         self.tol = tol
-        self.dual = dual
+        self.dual = dual or dual_only
+        self.dual_only = dual_only
         self.atol_known = None if scale_rms is None else tol.effective_atol(scale_rms)
         self.scale_rms = scale_rms
         self.n_mismatch_known = 0
@@ -214,6 +216,11 @@ class ErrorStats:
             return (v, _index(flat(i), row_offset, width)) if v > current[0] else current
 
         abs_err = err.abs()
+        if self.dual_only:
+            self._dual(abs_err, abs_b, abs_err / bf16_spacing(b))
+            self.n_pos += int(torch.count_nonzero(err > 0))
+            self.n_neg += int(torch.count_nonzero(err < 0))
+            return
         scale = abs_b if rounded_terms is None else abs_b + select(rounded_terms)
         excess = torch.add(abs_err, scale, alpha=-rtol)
         # the article's own gate: rtol and its atol, no allowance
