@@ -12,6 +12,7 @@ compare, the backend's outputs too).
     python benchmarks/seed_case.py                 # the article's case
     python benchmarks/seed_case.py --m 32768       # a smaller M for a quick look
     python benchmarks/seed_case.py --json out.json # the table as one JSON object too
+    python benchmarks/seed_case.py --markdown out.json   # README's table from it
 """
 from __future__ import annotations
 
@@ -117,14 +118,36 @@ def run_stage(stage: str, m: int, k: int, n: int) -> dict:
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
 
 
+def markdown(report: dict) -> str:
+    """README's table from a ``--json`` report: the numbers as the benchmark printed them."""
+    lines = [f"M={report['m']}, K={report['k']}, N={report['n']}; {report['threads']} threads; matmul GFLOP/s "
+             + ", ".join(f"{dt} {r:.1f}" for dt, r in report["matmul_gflops"].items())
+             + f"; copy {report['copy_gbps']:.1f} GB/s", "",
+             "| stage | wall s | roofline s | ratio | peak RSS GB |", "|---|---|---|---|---|"]
+    for row in report["stages"]:
+        if "failed" in row:
+            lines.append(f"| {row['stage']} | failed | | | |")
+            continue
+        roof = f"{row['roofline_s']:.1f}" if row["roofline_s"] is not None else "-"
+        ratio = f"{row['ratio']:.2f}" if row["ratio"] is not None else "-"
+        lines.append(f"| {row['stage']} | {row['wall_s']:.1f} | {roof} | {ratio} | {row['peak_rss_gb']:.2f} |")
+    if "framework_rss_gb" in report:
+        lines += ["", f"Framework memory (compare minus the backend alone): {report['framework_rss_gb']:.2f} GB"]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--m", type=int, default=220000)
     parser.add_argument("--k", type=int, default=512)
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--json", help="also write the table as one JSON object to this file")
+    parser.add_argument("--markdown", metavar="JSON", help="print README's table from a --json report and exit")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return
     if args.stage:
         print(json.dumps(run_stage(args.stage, args.m, args.k, args.n)))
         return
