@@ -128,3 +128,27 @@ def test_a_nan_failure_names_the_first_disagreeing_element():
     assert "NaN in kernel only 1, NaN in golden only 0, Inf mismatched 1" in v.message
     assert "First non-finite disagreement at index (1, 2): kernel nan, golden 7" in v.message
     assert "Greatest absolute difference among finite pairs" in v.message
+
+
+def test_mismatch_count_is_exact_when_the_reference_rms_is_known_first(monkeypatch):
+    """With the reference rms given up front (as ``compare_case`` does) every mismatch is counted as
+    it streams past; without it the count comes from a capped buffer and becomes a range beyond it."""
+    import accuracy.metrics as metrics_module
+    from accuracy.metrics import ErrorStats
+    from accuracy.tolerances import TOLERANCES
+    monkeypatch.setattr(metrics_module, "EXCESS_CAP", 1000)
+    gen = torch.Generator().manual_seed(3)
+    golden = torch.randn(4096, 64, generator=gen, dtype=torch.float64)
+    actual = torch.zeros(4096, 64, dtype=torch.bfloat16)          # all wrong
+    tol = TOLERANCES["dg"]
+    rms = float(golden.float().double().square().mean().sqrt())
+    atol = tol.effective_atol(rms)
+    want = int((golden.float().abs() - tol.rtol * golden.float().abs() > atol).sum())
+    known = ErrorStats(tol, (4096, 64), scale_rms=rms)
+    capped = ErrorStats(tol, (4096, 64))
+    for start in range(0, 4096, 1024):
+        known.update(actual[start:start + 1024], golden[start:start + 1024], row_offset=start)
+        capped.update(actual[start:start + 1024], golden[start:start + 1024], row_offset=start)
+    k, c = known.finalize(), capped.finalize()
+    assert k["mismatches_exact"] and k["mismatches"] == want > 1000
+    assert not c["mismatches_exact"] and c["mismatches"] < want <= c["mismatches_upper"]
