@@ -132,7 +132,9 @@ def markdown(report: dict) -> str:
         ratio = f"{row['ratio']:.2f}" if row["ratio"] is not None else "-"
         lines.append(f"| {row['stage']} | {row['wall_s']:.1f} | {roof} | {ratio} | {row['peak_rss_gb']:.2f} |")
     if "framework_rss_gb" in report:
-        lines += ["", f"Framework memory (compare minus the backend alone): {report['framework_rss_gb']:.2f} GB"]
+        extra = max(0.0, report["framework_rss_gb"])
+        lines += ["", f"Framework memory (compare minus the backend alone): {extra:.2f} GB"
+                  + (" (the case's peak is the backend's own)" if extra < 0.005 else "")]
     return "\n".join(lines)
 
 
