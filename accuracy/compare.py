@@ -66,6 +66,10 @@ def _sum_squares(t: torch.Tensor) -> tuple[float, int]:
     return total, count
 
 
+def _rms(sum_squares: float, count: int) -> float:
+    return (sum_squares / count) ** 0.5 if count else 0.0
+
+
 def reference_rows(inputs: Mapping[str, torch.Tensor], tolerances: Mapping[str, Tolerance] = TOLERANCES,
                    chunk_rows: int = DEFAULT_CHUNK_ROWS) -> tuple[dict[str, float], dict[str, ErrorStats]]:
     """A first, rows-only FP64 pass (the element-wise part and dx's two matmuls; about a tenth of
@@ -85,7 +89,7 @@ def reference_rows(inputs: Mapping[str, torch.Tensor], tolerances: Mapping[str, 
             sums[o][0] += sq
             sums[o][1] += count
             ideal[o].update(reference, exact, row_offset=block.start)
-    return {o: (sq / count) ** 0.5 if count else 0.0 for o, (sq, count) in sums.items()}, ideal
+    return {o: _rms(sq, count) for o, (sq, count) in sums.items()}, ideal
 
 
 def _tiles_and_accumulator(output: str, sched: TiledSchedule, m: int) -> tuple[int, int, float]:
@@ -165,19 +169,25 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
         names = list(golden_layers(schedules[b], diagnose))
         return names + [OWN] if o in OWN_OUTPUTS else names
 
-    # the FP64 comparisons also keep msprobe's benchmark-standard metrics (``accuracy.dual``), and so
-    # does the reference itself against FP64: the floor of the dual verdict's ratios
     # Every comparison of an output takes its magnitude-aware atol from the rms of the output's
     # reference: known before the first element (rows: a first pass; db, dw: after the golden
-    # pass, before their single update), so mismatch counts are exact at any M.
+    # pass, before their single update), so mismatch counts are exact at any M. The FP64
+    # comparisons also keep msprobe's metrics (``accuracy.dual``); the reference's own (``ideal``)
+    # are the floor of the dual verdict's ratios.
     rms, ideal = reference_rows(inputs, tolerances, chunk_rows)
+    per_backend: dict = {b: {} for b in outputs}
+    between: dict = {f"{a} vs {b}": {} for a, b in pairs}
 
-    def stats(o: str, dual: bool = False) -> ErrorStats:
-        return ErrorStats(tolerances[o], shapes[o], dual=dual, scale_rms=rms.get(o))
+    def add_output(o: str) -> None:
+        """The comparisons of output ``o``, once its reference rms is known."""
+        for b in outputs:
+            per_backend[b][o] = {g: ErrorStats(tolerances[o], shapes[o], dual=g == "fp64", scale_rms=rms[o])
+                                 for g in goldens_of(b, o)}
+        for per_output in between.values():
+            per_output[o] = ErrorStats(tolerances[o], shapes[o], scale_rms=rms[o])
 
-    per_backend = {b: {o: {g: stats(o, dual=g == "fp64") for g in goldens_of(b, o)} for o in ROW_OUTPUTS}
-                   for b in outputs}
-    between = {f"{a} vs {b}": {o: stats(o) for o in ROW_OUTPUTS} for a, b in pairs}
+    for o in ROW_OUTPUTS:
+        add_output(o)
     own_sums = {b: _OwnSums() for b in outputs}
     w_g, w_fc = inputs["w_g"].float(), inputs["w_fc"].float()
 
@@ -226,13 +236,9 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
             continue
         exact = red["fp64"][o]
         reference = round_to(exact, torch.bfloat16)
-        sq, count = _sum_squares(reference)
-        rms[o] = (sq / count) ** 0.5 if count else 0.0
-        for b in outputs:
-            per_backend[b][o] = {g: stats(o, dual=g == "fp64") for g in goldens_of(b, o)}
+        rms[o] = _rms(*_sum_squares(reference))
+        add_output(o)
         ideal[o] = ErrorStats(tolerances[o], shapes[o], dual_only=True)
-        for pair in between.values():
-            pair[o] = stats(o)
         model = allowance.reduction(terms, o, m)
         ideal[o].update(reference, exact)
         for b, kernel_out in outputs.items():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from accuracy.dual import DEFAULT_BENCHMARK
+
 DEFAULT_BACKENDS = ("pypto", "torch-eager")   # the operator under test beside PyTorch's own
 
 
@@ -45,7 +47,7 @@ def pytest_addoption(parser):
     group.addoption("--chunk-rows", type=int, default=2048, metavar="N",
                     help="rows per streaming chunk of the goldens (default 2048: the fastest and smallest "
                          "measured at the article's case, goldens/stream.py)")
-    group.addoption("--benchmark", default="torch-eager", metavar="NAME",
+    group.addoption("--benchmark", default=DEFAULT_BENCHMARK, metavar="NAME",
                     help="the trusted backend of the dual-benchmark verdict (msprobe's error ratios); it runs at "
                          "every case even when not listed with --backend; 'none' turns the dual verdict off "
                          "(default: torch-eager)")
@@ -123,7 +125,7 @@ RESULTS_ROOT = pytest.StashKey[Path]()
 
 def benchmark_name(config) -> str | None:
     """The dual verdict's benchmark backend, or None (``--benchmark none``)."""
-    name = config.getoption("--benchmark", default="torch-eager")
+    name = config.getoption("--benchmark", default=DEFAULT_BENCHMARK)
     return None if name in (None, "none") else name
 
 

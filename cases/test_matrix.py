@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from accuracy.dual import DEFAULT_BENCHMARK
 from accuracy.gate import AccuracyError
 from accuracy.results import _safe, to_json, write_atomic, write_cell
 from cases import expectations
@@ -84,7 +85,7 @@ def rerun_command(config, spec, backend: str) -> str:
         args += ["--repeats", str(config.getoption("--repeats"))]
     if config.getoption("--gate") != "absolute":
         args += ["--gate", config.getoption("--gate")]
-    if config.getoption("--benchmark") != "torch-eager":
+    if config.getoption("--benchmark") != DEFAULT_BENCHMARK:
         args += ["--benchmark", config.getoption("--benchmark")]
     return "Rerun this cell alone: " + " ".join(shlex.quote(a) for a in args)
 
