@@ -45,6 +45,13 @@ class Tolerance:
             return self.atol
         return min(self.atol, self.rtol * golden_rms)
 
+    def element_bound(self, reference, allowance=None, golden_rms: float = math.inf):
+        """The gate's element test as a tensor: an element fails when |output - reference| exceeds
+        atol_effective + rtol |reference| + allowance (``accuracy.metrics`` fuses the same test
+        into its pass; this form is for studies that need the bound itself)."""
+        bound = self.effective_atol(golden_rms) + self.rtol * reference.double().abs()
+        return bound if allowance is None else bound + allowance
+
 
 TOLERANCES: dict[str, Tolerance] = {name: Tolerance(SEED_RTOL, SEED_ATOL) for name in OUTPUT_NAMES}
 # The article itself checks only dx, dw_g, dw_fc, db_g and db_fc; dg and dfc are

@@ -7,7 +7,7 @@ All three layers are the same computation under a different ``TiledSchedule``:
 * tiled emulation = the kernel's plan, its tile_m per kernel, partials cast to
   the accumulator dtype and added tile by tile in loop order.
 
-Rows are processed in chunks (8192 by default: 8192 x 1024 float64 is 64 MiB),
+Rows are processed in chunks (``DEFAULT_CHUNK_ROWS``, 2048: 2048 x 1024 float64 is 16 MiB),
 so the M=220000 case never holds a full-size float64 [M, N] tensor. Row-local
 outputs (dg, dfc, dx) are yielded chunk by chunk; reductions (db, dw) are
 complete after the last chunk.
@@ -89,6 +89,7 @@ class _Accumulator:
     rows_in_tile: int = 0
     prefix_max: list | None = None   # when tracked: max |running partial| after each add, [g, fc]
     segment_max: list | None = None  # and max |added segment| (one canonical block's sum), [g, fc]
+    abs_partials: list | None = None  # when tracked: sum over closed tiles of |tile partial|, [g, fc]
 
     def add(self, parts: Sequence[torch.Tensor], rows: int) -> None:
         if not self.partial:
@@ -113,6 +114,9 @@ class _Accumulator:
         if not self.partial:
             return
         cast = [p.to(self.acc_dtype) for p in self.partial]
+        if self.abs_partials is not None:
+            self.abs_partials = ([p.abs() for p in self.partial] if not self.abs_partials else
+                                 [s + p.abs() for s, p in zip(self.abs_partials, self.partial)])
         if not self.total:
             # the caller zeroed the output: 0 + cast(partial) == cast(partial)
             self.total = cast
@@ -125,18 +129,29 @@ class GoldenPass:
     """Streams the goldens of one case. Iterate ``blocks()`` once; afterwards
     ``reductions[layer]`` holds db_g, db_fc, dw_g, dw_fc. With ``terms`` set, ``terms``
     holds the reductions' term sums (``goldens.terms.TermSums``, its ``prefix`` from the
-    FP64 layer's running sums) and every block its dx term sums."""
+    FP64 layer's running sums) and every block its dx term sums (when ``rows``).
+    With ``accumulators`` set, ``accumulated[layer]`` holds each reduction's final accumulator
+    before the output store (in the math dtype) and ``abs_partials[layer]`` the sum over its
+    tiles of |tile partial|: what a drift study needs (``reports.drift_study``)."""
 
     def __init__(self, inputs: Mapping[str, torch.Tensor], layers: Mapping[str, TiledSchedule], *,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS, terms: bool = False, reductions: bool = True):
-        """``reductions=False``: the row outputs only (no db, dw): half the matmuls."""
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, terms: bool = False, reductions: bool = True,
+                 rows: bool = True, accumulators: bool = False):
+        """``reductions=False``: the row outputs only (no db, dw): half the matmuls.
+        ``rows=False``: the reductions only (dg, dfc feed them; no dx: its two matmuls skipped)."""
         if chunk_rows < 1:
             raise ValueError("chunk_rows must be >= 1")
+        if not (rows or reductions):
+            raise ValueError("rows=False and reductions=False leave nothing to compute")
         self.inputs = inputs
         self.layers = dict(layers)
         self.chunk_rows = -(-chunk_rows // REDUCTION_BLOCK) * REDUCTION_BLOCK   # chunk edges are block edges
         self.want_terms = terms
         self.want_reductions = reductions
+        self.want_rows = rows
+        self.want_accumulators = accumulators
+        self.accumulated: dict[str, dict[str, torch.Tensor]] = {}
+        self.abs_partials: dict[str, dict[str, torch.Tensor]] = {}
         if terms and not reductions:
             raise ValueError("terms=True needs the reductions")
         self.reference = None
@@ -187,6 +202,9 @@ class GoldenPass:
         if self.reference is not None:
             db_acc[self.reference].prefix_max = []
             dw_acc[self.reference].prefix_max = []
+        if self.want_accumulators:
+            for acc in (*db_acc.values(), *dw_acc.values()):
+                acc.abs_partials = []
 
         for start in range(0, m, self.chunk_rows):
             stop = min(start + self.chunk_rows, m)
@@ -198,20 +216,21 @@ class GoldenPass:
                 dg_s = round_to(dg_m, plan.rounding("dg"))
                 dfc_s = round_to(dfc_m, plan.rounding("dfc"))
                 x_m = x[start:stop].to(plan.math)
-                w_g, w_fc = weights[id(plan)]
-                p_g = round_to(dg_s @ w_g.t(), plan.rounding("dx_product"))
-                p_fc = round_to(dfc_s @ w_fc.t(), plan.rounding("dx_product"))
-                dx = round_to(p_g + p_fc, plan.rounding("dx"))
-                is_reference = self.reference is not None and self.reference in users
-                if is_reference:
-                    row_terms = self.terms.rows(dg_m, dfc_m, p_g.abs() + p_fc.abs(), dx)
+                block = {"dg": dg_s, "dfc": dfc_s}
+                if self.want_rows:
+                    w_g, w_fc = weights[id(plan)]
+                    p_g = round_to(dg_s @ w_g.t(), plan.rounding("dx_product"))
+                    p_fc = round_to(dfc_s @ w_fc.t(), plan.rounding("dx_product"))
+                    block["dx"] = dx = round_to(p_g + p_fc, plan.rounding("dx"))
+                    if plan.rounding("dx_product") is not None:
+                        # a rounding flip at a stored product moves dx by one ULP of the product
+                        block["dx_rounded_terms"] = p_g.abs() + p_fc.abs()
+                if self.reference is not None and self.reference in users:
+                    if self.want_rows:
+                        row_terms = self.terms.rows(dg_m, dfc_m, p_g.abs() + p_fc.abs(), dx)
                     for a in range(start, stop, REDUCTION_BLOCK):
                         b = min(a + REDUCTION_BLOCK, stop)
                         self.terms.add_block(x[a:b], dg_m[a - start:b - start], dfc_m[a - start:b - start])
-                block = {"dg": dg_s, "dfc": dfc_s, "dx": dx}
-                if plan.rounding("dx_product") is not None:
-                    # a rounding flip at a stored product moves dx by one ULP of the product
-                    block["dx_rounded_terms"] = p_g.abs() + p_fc.abs()
                 for name in users:
                     rows[name] = block
                 if not self.want_reductions:
@@ -241,9 +260,13 @@ class GoldenPass:
             db_acc[name].close_tile()
             dw_acc[name].close_tile()
             math = sched.plan.math
-            db = [round_to(t.to(math), sched.plan.rounding("db")) for t in db_acc[name].total]
-            dw = [round_to(t.to(math), sched.plan.rounding("dw")) for t in dw_acc[name].total]
-            self.reductions[name] = dict(zip(REDUCTION_OUTPUTS, db + dw))
+            totals = [t.to(math) for t in db_acc[name].total + dw_acc[name].total]
+            stores = [sched.plan.rounding("db")] * 2 + [sched.plan.rounding("dw")] * 2
+            self.reductions[name] = {o: round_to(t, r) for o, t, r in zip(REDUCTION_OUTPUTS, totals, stores)}
+            if self.want_accumulators:
+                self.accumulated[name] = dict(zip(REDUCTION_OUTPUTS, totals))
+                self.abs_partials[name] = dict(zip(REDUCTION_OUTPUTS,
+                                                   db_acc[name].abs_partials + dw_acc[name].abs_partials))
         if self.reference is not None:
             peaks = db_acc[self.reference].prefix_max + dw_acc[self.reference].prefix_max
             self.terms.prefix = {o: p.double() for o, p in zip(REDUCTION_OUTPUTS, peaks)}

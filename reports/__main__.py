@@ -1,7 +1,9 @@
 """``python -m reports RESULTS -o OUT [--baseline PREV]``: render a results directory into OUT/index.html.
 
 ``python -m reports csv RESULTS -o FILE``: the dual-benchmark metrics as msprobe's detail CSV
-(``reports.msprobe_csv``)."""
+(``reports.msprobe_csv``).
+
+``python -m reports drift -o DIR``: the tile-vs-global drift study (``reports.drift_study``)."""
 from __future__ import annotations
 
 import argparse
@@ -31,10 +33,47 @@ def csv_main(argv) -> int:
     return 0
 
 
+def drift_main(argv) -> int:
+    from reports import drift_study as S
+    parser = argparse.ArgumentParser(prog="python -m reports drift",
+                                     description="the tile-vs-global drift of every declared schedule against M, "
+                                                 "from the goldens alone (reports.drift_study)")
+    parser.add_argument("-o", "--out", required=True, help="directory for drift.json, drift.md, drift-db.png, "
+                                                            "drift-dw.png")
+    parser.add_argument("--ms", type=int, nargs="+", default=list(S.STUDY_MS), metavar="M")
+    parser.add_argument("--seeds", type=int, default=S.STUDY_SEEDS)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--profiles", nargs="+", default=list(S.STUDY_PROFILES), choices=sorted(S.SCALES))
+    parser.add_argument("--k", type=int, default=S.STUDY_K)
+    parser.add_argument("--n", type=int, default=S.STUDY_N)
+    parser.add_argument("--processes", type=int, default=0, help="worker processes (default: one per CPU)")
+    parser.add_argument("--shape-check", action="store_true",
+                        help="also measure the article schedule's drift at K=512, N=1024 beside the study's "
+                             "K, N (3 seeds at M=8192 and 32768)")
+    args = parser.parse_args(argv)
+    if min(args.ms) < 1 or args.seeds < 1 or args.k < 1 or args.n < 1:
+        print("error: M, seeds, K and N must all be >= 1", file=sys.stderr)
+        return 2
+    config = S.StudyConfig(ms=tuple(sorted(set(args.ms))), seeds=args.seeds, first_seed=args.first_seed,
+                           profiles=tuple(args.profiles), k=args.k, n=args.n, processes=args.processes)
+    study = S.run(config)
+    if args.shape_check:
+        start = time.perf_counter()
+        check = S.shape_check(S.ShapeCheck())
+        study["shape_check"] = {"ms": list(check.ms), "seeds": check.seeds, "rows": check.rows,
+                                "wall_s": time.perf_counter() - start}
+    paths = S.write(study, args.out)
+    print(S.markdown(study))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "csv":
         return csv_main(argv[1:])
+    if argv and argv[0] == "drift":
+        return drift_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split(":", 1)[1].strip())
     parser.add_argument("results", help="a results directory (renders its latest run), a run folder "
                                         "(results/runs/<run>) or a results JSON file")
@@ -42,6 +81,9 @@ def main(argv=None) -> int:
     parser.add_argument("--baseline", help="a previous results directory to diff against")
     parser.add_argument("--no-heatmap", action="store_true",
                         help="skip the per-tile drift replay (re-creates one case's inputs)")
+    parser.add_argument("--drift-study", metavar="DIR",
+                        help="a drift study's directory (python -m reports drift -o DIR); default OUT/drift "
+                             "when it holds one")
     parser.add_argument("--heatmap-max-m", type=int, default=32768, metavar="M",
                         help="largest M the per-tile replay re-creates (default 32768)")
     args = parser.parse_args(argv)
@@ -52,7 +94,7 @@ def main(argv=None) -> int:
         source = resolve_results(args.results)
         print(f"rendering {source}")
         path = render(args.results, args.out, args.baseline, heatmap=not args.no_heatmap,
-                      heatmap_max_m=args.heatmap_max_m)
+                      heatmap_max_m=args.heatmap_max_m, drift_study=args.drift_study)
     except FileNotFoundError as exc:     # ResultsNotFound too: a missing, empty or corrupt results file
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -45,7 +45,7 @@ class BrowserError(RuntimeError):
 @dataclass
 class PageCheck:
     url: str
-    images: list = field(default_factory=list)        # [{"src", "complete", "width", "height", "error"}]
+    images: list = field(default_factory=list)        # [{"src", "complete", "width", "height", "shown_width", "error"}]
     console_errors: list = field(default_factory=list)
     exceptions: list = field(default_factory=list)
     log_errors: list = field(default_factory=list)
@@ -142,7 +142,7 @@ _IMAGES_JS = """Promise.all(Array.from(document.images).map(async (img) => {
   let error = null;
   try { await img.decode(); } catch (e) { error = String(e); }
   return {src: img.getAttribute('src'), complete: img.complete, width: img.naturalWidth,
-          height: img.naturalHeight, error: error};
+          height: img.naturalHeight, shown_width: img.clientWidth, error: error};
 }))"""
 
 

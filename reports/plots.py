@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 from reports.data import SEED_ATOL, SEED_RTOL, SOURCES, AttributionRow, Detail, DriftPanel, VacuityRow  # noqa: E402
 
@@ -276,3 +276,126 @@ def _main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(_main())
+
+
+# --------------------------------------------------------------------------- drift study
+
+STUDY_DPI = 100   # 1200 x 860 px: fits a laptop screen at 100% zoom, 10-pt text is 14 px tall
+SCHEDULE_COLOR = {"article": "#d62728", "hardened": "#1f77b4", "torch-bf16": "#2ca02c"}
+
+
+def _band(ax, xs, series, color, label, **line):
+    med = [v if v > 0 else float("nan") for v in series["median"]]
+    lo = [v if v > 0 else float("nan") for v in series["p10"]]
+    hi = [v if v > 0 else float("nan") for v in series["p90"]]
+    ax.fill_between(xs, lo, hi, color=color, alpha=0.18, lw=0)
+    return ax.plot(xs, med, color=color, label=label, **line)[0]
+
+
+def drift_study(study: dict, family: str, path: Path) -> None:
+    """One reduction family of a drift study (``reports.drift_study``): per scale profile, top the
+    rms drift (tiled accumulator - global sum) / rms(FP64) against M with its 10-90% band over
+    seeds, the model u_acc sqrt(T/2), the deterministic bound and the gate's rms tolerance;
+    bottom the gate's element-wise ratio (fails above 1) for every schedule."""
+    from matplotlib.lines import Line2D
+
+    from reports.drift_study import (ARTICLE_M, FAMILIES, KERNEL_OF_FAMILY, declared_schedules,
+                                     probabilistic_model)
+    from accuracy.bounds import unit_roundoff
+    summary = study["summary"]
+    profiles = list(summary)
+    schedules = {s.name: s for s in declared_schedules()}
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    with plt.rc_context({"font.size": 10, "axes.titlesize": 11, "legend.fontsize": 10}):
+        fig, axes = plt.subplots(2, len(profiles), figsize=(6.0 * len(profiles), 8.6), squeeze=False,
+                                 sharex=True)
+        labels: dict[str, dict] = {}       # schedule -> {"slopes": [...], "drift": bool}
+        for col, profile in enumerate(profiles):
+            top, bottom = axes[0][col], axes[1][col]
+            notes, gate_notes = [], []
+            tile_rows = None
+            for name, fams in summary[profile].items():
+                fam = fams.get(family)
+                if fam is None:
+                    continue
+                info = labels.setdefault(name, {"slopes": [], "drift": False})
+                color = SCHEDULE_COLOR.get(name, "#7f7f7f")
+                ms, tiles = fam["m"], fam["tiles"]
+                sched = schedules.get(name)
+                if sched is not None and sched.tile_m(KERNEL_OF_FAMILY[family]):
+                    tile_rows = sched.tile_m(KERNEL_OF_FAMILY[family])
+                _band(bottom, ms, fam["gate"], color, name, marker="o", ms=4, lw=1.8)
+                if not any(v > 0 for v in fam["gate"]["median"]):
+                    gate_notes.append(f"{name}: equal to the reference (ratio 0) at every M")
+                if fam["crossing"]["interpolated"]:
+                    bottom.axvline(fam["crossing"]["interpolated"], color=color, ls=":", lw=1.2)
+                if all(t <= 1 for t in tiles):
+                    continue      # one global sum: no tile drift by construction
+                if not any(v > 0 for v in fam["drift_rms"]["median"]):
+                    notes.append(f"{name}: drift exactly 0 at every M")
+                    continue
+                info["drift"] = True
+                _band(top, ms, fam["drift_rms"], color, name, marker="o", ms=4, lw=1.8)
+                info["slopes"].append(f"{fam['slope']:.2f} {profile}" if fam.get("slope") is not None else "-")
+                acc = (sched.db_accumulator if family == "db" else sched.dw_accumulator) if sched else None
+                if acc is not None:
+                    # the accumulator's own unit roundoff: 2^-8 for BF16, 2^-24 for an FP32 accumulator
+                    # whose drift is the FP32 order of the tile partials' additions
+                    top.plot(ms, [probabilistic_model(t, unit_roundoff(acc)) for t in tiles], color=color, ls="--",
+                             lw=1.2)
+                top.plot(ms, [v if v > 0 else float("nan") for v in fam["bound_max"]["median"]], color=color,
+                         ls=":", lw=1.2)
+            # the gate's level in drift units: rms of the element tolerance (the same for every schedule)
+            any_fam = next(f[family] for f in summary[profile].values() if family in f)
+            top.plot(any_fam["m"], any_fam["tolerance_rms"]["median"], color="#555555", lw=2.2, alpha=0.7)
+            bottom.axhline(1.0, color="#555555", lw=2.2, alpha=0.7)
+            for ax in (top, bottom):
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+                ax.grid(True, which="major", alpha=0.3)
+                ax.axvline(ARTICLE_M, color="#999999", lw=0.8, ls="-.")
+            bottom.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            bottom.yaxis.set_major_formatter(plain)
+            bottom.yaxis.set_minor_formatter(NullFormatter())
+            if gate_notes:
+                bottom.text(0.02, 0.97, "\n".join(gate_notes), transform=bottom.transAxes, fontsize=9.5, va="top",
+                            bbox=dict(facecolor="white", alpha=0.85, lw=0))
+            bottom.text(ARTICLE_M, 0.02, "M=220000 ", transform=bottom.get_xaxis_transform(), fontsize=9,
+                        ha="right", va="bottom", color="#666666")
+            outputs = " + ".join(FAMILIES[family])
+            top.set_title(f"{outputs}, {profile} scale", pad=34)
+            top.set_ylabel("rms(tiled - global) / rms(FP64)")
+            bottom.set_ylabel("gate ratio (the gate fails above 1)")
+            bottom.set_xlabel("M (rows)")
+            if notes:
+                top.text(0.02, 0.97, "\n".join(notes), transform=top.transAxes, fontsize=9.5, va="top",
+                         bbox=dict(facecolor="white", alpha=0.85, lw=0))
+            if tile_rows:
+                sec = top.secondary_xaxis("top", functions=(lambda m, t=tile_rows: m / t, lambda k, t=tile_rows: k * t))
+                sec.set_xlabel(f"tiles T of {tile_rows} rows", fontsize=9.5)
+                sec.xaxis.set_major_formatter(plain)
+                sec.xaxis.set_minor_formatter(NullFormatter())
+        handles, texts = [], []
+        for name, info in labels.items():
+            color = SCHEDULE_COLOR.get(name, "#7f7f7f")
+            handles.append(Line2D([], [], color=color, marker="o", ms=4, lw=1.8))
+            extra = (f"drift slope vs T {', '.join(info['slopes'])}" if info["drift"] else
+                     "no tile drift" if name not in {n for p in profiles for n in summary[p]
+                                                     if any(t > 1 for t in summary[p][n][family]["tiles"])}
+                     else "drift exactly 0")
+            texts.append(f"{name}: median and 10-90% over seeds; {extra}")
+        for style, text in ((dict(ls="--"), "model u_acc sqrt(T/2) (sqrt: slope 0.5)"),
+                            (dict(ls=":"), "deterministic bound, max element (slope >= 1)"),
+                            (dict(lw=2.2, alpha=0.7, color="#555555"),
+                             "gate: top rms(element tolerance) / rms(FP64); bottom ratio 1")):
+            handles.append(Line2D([], [], **{"color": "#333333", "lw": 1.2, **style}))
+            texts.append(text)
+        cfg = study["config"]
+        fig.suptitle(f"{family}: tile-vs-global drift and the gate against M (K={cfg['k']}, N={cfg['n']}, "
+                     f"{cfg['seeds']} seeds per M)", fontsize=12.5, y=0.995)
+        fig.legend(handles, texts, loc="lower center", ncol=2, frameon=False)
+        rows = math.ceil(len(handles) / 2)
+        fig.subplots_adjust(left=0.08, right=0.98, top=0.87, bottom=(0.55 + 0.25 * rows) / 8.6, hspace=0.08,
+                            wspace=0.22)
+        fig.savefig(path, dpi=STUDY_DPI, format="png")
+        plt.close(fig)

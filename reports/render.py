@@ -186,17 +186,43 @@ def _run_plot_jobs(jobs: list, processes: int | None) -> int:
     return processes
 
 
+def _drift_study(out: Path, source, img) -> dict | None:
+    """The drift study's figures (copied next to the page) and crossing table, when there is one."""
+    import shutil
+    from reports import drift_study as S
+    folder = Path(source) if source is not None else out / "drift"
+    path = folder / "drift.json"
+    if not path.is_file():
+        if source is not None:
+            raise FileNotFoundError(f"no drift study at {folder} (expected {path}; make one with "
+                                    f"python -m reports drift -o {folder})")
+        return None
+    study = json.loads(path.read_text())
+    figures = []
+    for fam, name in S.FIGURES.items():
+        png = folder / name
+        if png.is_file():
+            rel = img(f"study-{fam}")
+            shutil.copyfile(png, out / rel)
+            figures.append({"family": fam, "src": rel})
+    cfg = study["config"]
+    return {"figures": figures, "table": S.crossing_table(study), "config": cfg, "wall_s": study.get("wall_s"),
+            "source": str(folder), "shape_check": study.get("shape_check")}
+
+
 # --------------------------------------------------------------------------- render
 
 def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline: str | os.PathLike | None = None,
            *, heatmap: bool = True, heatmap_max_m: int = 32768, heatmap_case=None, heatmap_block: int = 64,
-           title: str = "SwiGLU backward: accuracy report", processes: int | None = None) -> Path:
+           title: str = "SwiGLU backward: accuracy report", processes: int | None = None,
+           drift_study: str | os.PathLike | None = None) -> Path:
     """Render ``results_dir`` (a results directory or a results JSON file) into ``out_dir/index.html``
     (+ ``out_dir/plots/*.png``); ``baseline``: a previous results directory to diff against.
     ``heatmap``: replay the article schedule for one case (``heatmap_case``, a ``CaseSpec``, or the
     largest suitable case in the results, re-created at ``heatmap_max_m`` rows when needed).
     ``processes``: plot in that many processes (default: up to 8 when there are >= 12 plots and >= 4 CPUs;
-    1: serially)."""
+    1: serially). ``drift_study``: the directory of a drift study (``python -m reports drift -o DIR``);
+    default ``out_dir/drift`` when it holds one. Its figures and crossing table head the drift section."""
     t_start, cpu_start = time.perf_counter(), time.process_time()
     timings: dict[str, float] = {}
     out = Path(out_dir)
@@ -259,6 +285,9 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     for p in panels:
         by_fig.setdefault((p.output, p.k, p.n), []).append(p)
     for (output, k, n), ps in by_fig.items():
+        ps = [p for p in ps if any(s.points for s in p.series)]    # a panel with no point says nothing
+        if not ps:
+            continue
         name = "drift-" + D.slug(output, k, n)
         tile = tiles["db" if output.startswith("db") else "dw"]
         jobs.append(("drift", (ps, f"{output} at K={k}, N={n}: max |error| / rms(golden) vs M, per scale profile "
@@ -282,6 +311,8 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
         except Exception as exc:   # noqa: BLE001 - the rest of the page is still worth having
             td, td_why = None, f"tile drift replay failed: {type(exc).__name__}: {exc}"
 
+    study = _drift_study(out, drift_study, img)
+
     skipped = [{"case": idx.cases[c], "backend": b, "status": str(r.get("status", "error")),
                 "message": str(r.get("message", "")), "anchor": D.row_anchor(c, b, "*")}
                for (c, b), r in sorted(idx.cell_status.items(), key=lambda kv: (idx.cases[kv[0][0]].sort_key, kv[0][1]))]
@@ -297,7 +328,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
         td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.SEED_RTOL,
         seed_atol=D.SEED_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
         sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform, run_info=run_info,
-        dual=dual, dual_limits=RATIO_LIMITS)
+        dual=dual, dual_limits=RATIO_LIMITS, study=study)
     timings["html"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     timings["total CPU"] = time.process_time() - cpu_start

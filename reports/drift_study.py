@@ -1,0 +1,417 @@
+"""The tile-vs-global drift of every declared schedule against M, from the goldens alone.
+
+The drift of a schedule is a property of the schedule and the data, not of any kernel: the
+golden pass (``goldens.stream.GoldenPass``, reductions only, no dx) runs each schedule's tiled
+emulation beside the same plan summed globally (one FP32 sum over M in canonical blocks) and
+the FP64 reference, over a log grid of M and many seeds. Per reduction output it records:
+
+* ``drift``: the tiled accumulator minus the global sum of the same plan, before the output
+  store (the accumulation's own error), as rms and max over elements, over rms(FP64);
+* ``gate``: the gate's element-wise test on the stored output, max over elements of
+  |output - reference| / (atol_eff + rtol |reference| + allowance) (``accuracy.allowance``,
+  ``accuracy.tolerances``): above 1, a kernel that computes exactly this schedule fails;
+* ``bound``: the deterministic bound of the accumulation (Higham's recursive summation),
+  [u_acc + gamma_{T-1}(u_acc)(1 + u_acc) + gamma_T(u_math)] sum_t |partial_t|, max over
+  elements, over rms(FP64).
+
+A family (db: db_g and db_fc; dw: dw_g and dw_fc) takes the rms of its two outputs' rms ratios
+and the max of their max ratios, gate and bound ratios.
+
+The models, for drift / rms on random-sign data with T tiles: each BF16 cast and add rounds
+by a relative error of about u_acc with random sign, the running sum grows like sqrt(t), so
+the rms drift over rms grows like u_acc sqrt(T/2) (``probabilistic_model``); the
+deterministic bound grows like T u_acc sum|partials| / rms, linear in T for T u_acc << 1.
+
+``python -m reports drift -o DIR`` runs the study (``run``) and writes ``drift.json`` and one
+PNG per family (``drift-db.png``, ``drift-dw.png``; ``reports.plots.drift_study``).
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+
+from accuracy import allowance
+from accuracy.bounds import gamma, unit_roundoff
+from accuracy.tolerances import TOLERANCES
+from cases.spec import SCALES, CaseSpec, make_inputs
+from goldens.schedule import FP64_GLOBAL, TiledSchedule
+from goldens.stream import REDUCTION_OUTPUTS, GoldenPass, round_to
+
+# Drift relative to rms does not depend on K and N for these inputs (every element of db / dw
+# is a sum over M of independent terms; K and N only count the elements): a small shape keeps
+# 20 seeds x 12 M values under five minutes on 2 cores. ``shape_check`` measures the claim.
+STUDY_K, STUDY_N = 64, 128
+# One tile of each kernel up to past the article's M, the w kernel's tile edges (2048 | 2049:
+# a last tile of one row) and the article's M itself.
+STUDY_MS = (1024, 2048, 2049, 4096, 4097, 8192, 16384, 32768, 65536, 131072, 220000, 262144)
+STUDY_SEEDS = 20
+STUDY_PROFILES = ("seed", "unit")
+ARTICLE_M = 220000
+FAMILIES = {"db": ("db_g", "db_fc"), "dw": ("dw_g", "dw_fc")}
+KERNEL_OF_FAMILY = {"db": "b", "dw": "w"}
+BAND = (0.1, 0.9)
+
+
+def declared_schedules() -> list[TiledSchedule]:
+    """The operator's schedules: the article's (BF16 accumulators), the hardened one (FP32
+    accumulators) and PyTorch's path (one global FP32 sum)."""
+    from kernels.pypto.schedule import ARTICLE, HARDENED
+    from kernels.torch_autograd import TORCH_BF16
+    return [ARTICLE, HARDENED, TORCH_BF16]
+
+
+def global_of(schedule: TiledSchedule) -> TiledSchedule:
+    """The same dtype path summed globally: no tiles, the accumulator in the math dtype."""
+    math_dtype = schedule.plan.math
+    return replace(schedule, name=f"{schedule.name}/global", tile_m_b=None, tile_m_w=None, tile_m_x=None,
+                   db_accumulator=math_dtype, dw_accumulator=math_dtype)
+
+
+def _is_global(schedule: TiledSchedule) -> bool:
+    return global_of(schedule) == replace(schedule, name=f"{schedule.name}/global")
+
+
+def probabilistic_model(tiles: float, u_acc: float) -> float:
+    """rms drift / rms of a random-sign sum accumulated over ``tiles`` tiles: u_acc sqrt(T/2)."""
+    return u_acc * math.sqrt(tiles / 2)
+
+
+def accumulation_bound(partials_abs: torch.Tensor, tiles: int, u_acc: float, u_math: float) -> torch.Tensor:
+    """|tiled - global| <= [u_acc + gamma_{T-1}(u_acc)(1 + u_acc) + gamma_T(u_math)] sum |partials|."""
+    rel = u_acc + gamma(tiles - 1, u_acc) * (1 + u_acc) + gamma(tiles, u_math)
+    return rel * partials_abs
+
+
+@dataclass
+class OutputPoint:
+    """One reduction output of one schedule at one case: ratios to rms(FP64)."""
+    drift_rms: float
+    drift_max: float
+    gate: float           # max |stored - reference| / element tolerance (the gate fails above 1)
+    gate_fails: int       # elements above their tolerance
+    bound_max: float
+    error_rms: float      # rms(stored - FP64) / rms(FP64)
+    tolerance_rms: float  # rms over elements of the element tolerance / rms(FP64): the gate's level
+
+
+@dataclass
+class CasePoint:
+    profile: str
+    m: int
+    k: int
+    n: int
+    seed: int
+    schedule: str
+    tiles: dict           # family -> tile count of its kernel
+    outputs: dict         # output -> OutputPoint
+    seconds: float = 0.0
+
+    def family(self, fam: str) -> dict:
+        pts = [self.outputs[o] for o in FAMILIES[fam]]
+        return {"drift_rms": math.sqrt(sum(p.drift_rms ** 2 for p in pts) / len(pts)),
+                "drift_max": max(p.drift_max for p in pts), "gate": max(p.gate for p in pts),
+                "gate_fails": sum(p.gate_fails for p in pts), "bound_max": max(p.bound_max for p in pts),
+                "error_rms": math.sqrt(sum(p.error_rms ** 2 for p in pts) / len(pts)),
+                "tolerance_rms": math.sqrt(sum(p.tolerance_rms ** 2 for p in pts) / len(pts))}
+
+
+def _rms(t: torch.Tensor) -> float:
+    return float(t.double().square().mean().sqrt()) if t.numel() else 0.0
+
+
+def measure_case(spec: CaseSpec, schedules: Sequence[TiledSchedule]) -> list[CasePoint]:
+    """Every schedule's drift, gate ratio and bound at one case: one reductions-only golden pass."""
+    start = time.perf_counter()
+    inputs = make_inputs(spec, "cpu")
+    layers = {"fp64": FP64_GLOBAL}
+    for s in schedules:
+        layers[s.name] = s
+        if not _is_global(s):
+            layers[f"{s.name}/global"] = global_of(s)
+    golden = GoldenPass(inputs, layers, terms=True, rows=False, accumulators=True)
+    for _ in golden.blocks():
+        pass
+    exact = golden.reductions["fp64"]
+    ref_data = {}
+    for o in REDUCTION_OUTPUTS:
+        reference = round_to(exact[o], torch.bfloat16)
+        tol = TOLERANCES[o]
+        model = allowance.reduction(golden.terms, o, spec.m)
+        limit = tol.element_bound(reference, model.vs_reference, _rms(reference))
+        ref_data[o] = (reference, limit, _rms(exact[o]))
+    points = []
+    for s in schedules:
+        tiles = {fam: s.n_tiles(spec.m, KERNEL_OF_FAMILY[fam]) for fam in FAMILIES}
+        outputs = {}
+        for fam, names in FAMILIES.items():
+            acc = s.db_accumulator if fam == "db" else s.dw_accumulator
+            u_acc = 0.0 if acc == s.plan.math else unit_roundoff(acc)
+            for o in names:
+                reference, limit, scale = ref_data[o]
+                scale = scale or 1.0
+                stored = golden.reductions[s.name][o].double()
+                err = (stored - reference.double()).abs()
+                if _is_global(s):
+                    drift = torch.zeros(1, dtype=torch.float64)
+                    bound = 0.0
+                else:
+                    drift = (golden.accumulated[s.name][o].double()
+                             - golden.accumulated[f"{s.name}/global"][o].double())
+                    bound = float(accumulation_bound(golden.abs_partials[s.name][o].double(), tiles[fam], u_acc,
+                                                     unit_roundoff(s.plan.math)).max())
+                outputs[o] = OutputPoint(
+                    drift_rms=_rms(drift) / scale, drift_max=float(drift.abs().max()) / scale,
+                    gate=float((err / limit).max()), gate_fails=int((err > limit).sum()),
+                    bound_max=bound / scale, error_rms=_rms(stored - exact[o].double()) / scale,
+                    tolerance_rms=_rms(limit) / scale)
+        points.append(CasePoint(spec.scale, spec.m, spec.k, spec.n, spec.seed, s.name, tiles, outputs))
+    seconds = time.perf_counter() - start
+    for p in points:
+        p.seconds = seconds
+    return points
+
+
+def _worker(args) -> list[dict]:
+    spec, names = args
+    torch.set_num_threads(1)
+    schedules = [s for s in declared_schedules() if s.name in names]
+    return [asdict(p) for p in measure_case(spec, schedules)]
+
+
+def _from_dict(d: dict) -> CasePoint:
+    return CasePoint(**{**d, "outputs": {o: OutputPoint(**v) for o, v in d["outputs"].items()}})
+
+
+@dataclass
+class StudyConfig:
+    ms: tuple = STUDY_MS
+    seeds: int = STUDY_SEEDS
+    first_seed: int = 0
+    profiles: tuple = STUDY_PROFILES
+    k: int = STUDY_K
+    n: int = STUDY_N
+    schedules: tuple = ()      # names; empty: every declared schedule
+    processes: int = 0         # 0: one per CPU
+
+
+def run(config: StudyConfig, progress=print) -> dict:
+    """Measure every (profile, M, seed) case in worker processes (one thread each: the cases are
+    small and independent, so processes use the cores better than intra-op threads); the largest
+    cases first so that the last to finish are short."""
+    names = config.schedules or tuple(s.name for s in declared_schedules())
+    specs = [CaseSpec(m, config.k, config.n, p, config.first_seed + i)
+             for p in config.profiles for m in config.ms for i in range(config.seeds)]
+    specs.sort(key=lambda s: -s.m)
+    processes = config.processes or os.cpu_count() or 1
+    start = time.perf_counter()
+    points: list[CasePoint] = []
+    total_rows = sum(s.m for s in specs)
+    done_rows = 0
+    if processes == 1:
+        results = (_worker((s, names)) for s in specs)
+        pool = None
+    else:
+        import multiprocessing
+        pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+        results = pool.map(_worker, [(s, names) for s in specs])
+    try:
+        last = 0.0
+        for spec, res in zip(specs, results):
+            points.extend(_from_dict(d) for d in res)
+            done_rows += spec.m
+            now = time.perf_counter() - start
+            if progress and (now - last > 10 or done_rows == total_rows):
+                last = now
+                progress(f"drift study: {done_rows / total_rows:.0%} of the rows ({len(points) // len(names)}"
+                         f"/{len(specs)} cases) in {now:.0f} s")
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    wall = time.perf_counter() - start
+    from accuracy import manifest, platform_facts
+    # FP32 / FP64 math and exact BF16 casts only (no BF16 GEMM): the facts are recorded, not conditioned on
+    platform = {"cpu": manifest.cpu(), "facts": platform_facts.measure(), "torch": torch.__version__}
+    return {"config": {**asdict(config), "schedules": list(names)}, "wall_s": wall, "platform": platform,
+            "processes": processes, "points": [asdict(p) for p in points],
+            "summary": summarize(points)}
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    pos = q * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def fit_slope(tiles: Sequence[float], values: Sequence[float]) -> float | None:
+    """Least-squares slope of log(value) on log(tiles) over the points with T >= 2 and value > 0."""
+    pts = [(math.log(t), math.log(v)) for t, v in zip(tiles, values) if t >= 2 and v > 0 and math.isfinite(v)]
+    if len(pts) < 3:
+        return None
+    mx = statistics.fmean(p[0] for p in pts)
+    my = statistics.fmean(p[1] for p in pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    return None if sxx == 0 else sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
+
+
+def crossing(ms: Sequence[int], gate: Sequence[float]) -> dict:
+    """Where the median gate ratio first exceeds 1: the grid points around it and the M
+    interpolated on log-log axes between them (None when it never does)."""
+    for i, (m, g) in enumerate(zip(ms, gate)):
+        if g > 1:
+            if i == 0:
+                return {"m": m, "between": [None, m], "interpolated": None}
+            m0, g0 = ms[i - 1], gate[i - 1]
+            if g0 > 0:
+                f = (0 - math.log(g0)) / (math.log(g) - math.log(g0))
+                est = math.exp(math.log(m0) + f * (math.log(m) - math.log(m0)))
+            else:
+                est = None
+            return {"m": m, "between": [m0, m], "interpolated": est}
+    return {"m": None, "between": [ms[-1] if ms else None, None], "interpolated": None}
+
+
+def summarize(points: Sequence[CasePoint]) -> dict:
+    """Per profile, schedule and family: per M the median and 10-90% band over seeds of the drift,
+    gate and bound ratios; the fitted slope of the median drift against T; where the median gate
+    ratio crosses 1; the values at the article's M."""
+    groups: dict = {}
+    for p in points:
+        for fam in FAMILIES:
+            groups.setdefault((p.profile, p.schedule, fam), {}).setdefault(p.m, []).append(
+                (p.tiles[fam], p.family(fam)))
+    summary: dict = {}
+    for (profile, schedule, fam), by_m in sorted(groups.items()):
+        ms = sorted(by_m)
+        series = {"m": ms, "tiles": [by_m[m][0][0] for m in ms], "seeds": [len(by_m[m]) for m in ms]}
+        for key in ("drift_rms", "drift_max", "gate", "bound_max", "error_rms", "tolerance_rms"):
+            vals = [[f[key] for _, f in by_m[m]] for m in ms]
+            series[key] = {"median": [_quantile(v, 0.5) for v in vals], "p10": [_quantile(v, BAND[0]) for v in vals],
+                           "p90": [_quantile(v, BAND[1]) for v in vals]}
+        series["gate_fail_share"] = [sum(f["gate"] > 1 for _, f in by_m[m]) / len(by_m[m]) for m in ms]
+        article = ms.index(ARTICLE_M) if ARTICLE_M in ms else None
+        summary.setdefault(profile, {}).setdefault(schedule, {})[fam] = {
+            **series,
+            "slope": fit_slope(series["tiles"], series["drift_rms"]["median"]),
+            "bound_slope": fit_slope(series["tiles"], series["bound_max"]["median"]),
+            "crossing": crossing(ms, series["gate"]["median"]),
+            "at_article_m": None if article is None else {
+                "m": ARTICLE_M, "tiles": series["tiles"][article],
+                "drift_rms": series["drift_rms"]["median"][article],
+                "drift_max": series["drift_max"]["median"][article],
+                "gate": series["gate"]["median"][article],
+                "gate_fail_share": series["gate_fail_share"][article]},
+        }
+    return summary
+
+
+def accumulator_roundoff(schedule: TiledSchedule, fam: str) -> float:
+    acc = schedule.db_accumulator if fam == "db" else schedule.dw_accumulator
+    return 0.0 if acc == schedule.plan.math else unit_roundoff(acc)
+
+
+@dataclass
+class ShapeCheck:
+    """The drift ratio at the article's K, N beside the study's K, N on the same M and seeds."""
+    ms: tuple = (8192, 32768)
+    seeds: int = 3
+    shapes: tuple = ((STUDY_K, STUDY_N), (512, 1024))
+    rows: list = field(default_factory=list)
+
+
+def shape_check(check: ShapeCheck, profile: str = "seed", schedule: str = "article") -> ShapeCheck:
+    sched = [s for s in declared_schedules() if s.name == schedule]
+    for m in check.ms:
+        for k, n in check.shapes:
+            vals = {fam: [] for fam in FAMILIES}
+            for seed in range(check.seeds):
+                (p,) = measure_case(CaseSpec(m, k, n, profile, seed), sched)
+                for fam in FAMILIES:
+                    vals[fam].append(p.family(fam)["drift_rms"])
+            check.rows.append({"m": m, "k": k, "n": n, "profile": profile, "schedule": schedule,
+                               **{f"{fam}_drift_rms_median": statistics.median(v) for fam, v in vals.items()}})
+    return check
+
+
+def _fmt(v, digits=3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return f"{v:.{digits}g}"
+
+
+def crossing_table(study: dict) -> list[dict]:
+    """Per profile, family and schedule: where the median gate ratio crosses 1 and the values
+    at the article's M."""
+    rows = []
+    for profile, by_sched in study["summary"].items():
+        for fam in FAMILIES:
+            for name, fams in by_sched.items():
+                f = fams.get(fam)
+                if f is None:
+                    continue
+                c, a = f["crossing"], f["at_article_m"] or {}
+                if c["m"] is None:
+                    cross = f"not up to M={c['between'][0]}"
+                elif c["interpolated"] is None:
+                    cross = f"at or below M={c['m']}"
+                else:
+                    cross = f"M ~ {c['interpolated']:,.0f} (between {c['between'][0]:,} and {c['between'][1]:,})"
+                rows.append({"profile": profile, "family": fam, "schedule": name, "crossing": cross,
+                             "drift_rms": a.get("drift_rms"), "drift_max": a.get("drift_max"),
+                             "gate": a.get("gate"), "fail_share": a.get("gate_fail_share"),
+                             "tiles": a.get("tiles"), "slope": f.get("slope")})
+    return rows
+
+
+def markdown(study: dict) -> str:
+    cfg = study["config"]
+    lines = [f"Drift study: K={cfg['k']}, N={cfg['n']}, {cfg['seeds']} seeds per M, M in "
+             f"{', '.join(map(str, cfg['ms']))}; {study['wall_s']:.0f} s on {study['processes']} processes.",
+             "",
+             "| profile | family | schedule | gate crossed (median ratio > 1) | rms drift / rms at M=220000 "
+             "| max drift / rms | gate ratio | seeds failing | fitted slope vs T |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in crossing_table(study):
+        share = "-" if r["fail_share"] is None else f"{r['fail_share']:.0%}"
+        lines.append(f"| {r['profile']} | {r['family']} | {r['schedule']} | {r['crossing']} | {_fmt(r['drift_rms'])} "
+                     f"| {_fmt(r['drift_max'])} | {_fmt(r['gate'])} | {share} | {_fmt(r['slope'])} |")
+    check = study.get("shape_check")
+    if check:
+        lines += ["", "Shape check (article schedule, seed scale, median rms drift / rms over "
+                  f"{check['seeds']} seeds):", "", "| M | K | N | db | dw |", "|---|---|---|---|---|"]
+        for r in check["rows"]:
+            lines.append(f"| {r['m']} | {r['k']} | {r['n']} | {_fmt(r['db_drift_rms_median'])} "
+                         f"| {_fmt(r['dw_drift_rms_median'])} |")
+    return "\n".join(lines) + "\n"
+
+
+FIGURES = {fam: f"drift-{fam}.png" for fam in FAMILIES}
+
+
+def write(study: dict, out) -> dict:
+    """``drift.json``, ``drift.md`` and one PNG per family in ``out``; returns their paths."""
+    import json
+    from pathlib import Path
+
+    from reports import plots
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "drift.json", "markdown": out / "drift.md"}
+    paths["json"].write_text(json.dumps(study, separators=(",", ":")))
+    paths["markdown"].write_text(markdown(study))
+    for fam, name in FIGURES.items():
+        paths[fam] = out / name
+        plots.drift_study(study, fam, paths[fam])
+    return paths
