@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from accuracy import platform_facts
+from accuracy import allocator, platform_facts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,5 +161,6 @@ def build(device: str = "cpu", facts: dict | None = None) -> dict:
         "npu": _safe(npu),
         "precision_flags": precision_flags(),
         "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
+        "allocator": allocator.state(),
         "facts": facts if facts is not None else platform_facts.measure(device),
     }

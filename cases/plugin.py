@@ -68,6 +68,9 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--chunk-rows must be >= 1, got {config.getoption('--chunk-rows')}")
     if config.getoption("--gate", default="absolute") != "absolute" and benchmark_name(config) is None:
         raise pytest.UsageError(f"--gate {config.getoption('--gate')} needs a benchmark; --benchmark none turns it off")
+    # every process that streams goldens (the controller without xdist, each xdist worker)
+    from accuracy.allocator import keep_freed_memory
+    keep_freed_memory()
     # group cells of one case on one worker; harmless without xdist
     if hasattr(config.option, "dist") and config.option.dist in ("load", "no") and getattr(
             config.option, "numprocesses", None):

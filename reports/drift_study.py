@@ -180,6 +180,8 @@ def measure_case(spec: CaseSpec, schedules: Sequence[TiledSchedule]) -> list[Cas
 
 def _worker(args) -> list[dict]:
     spec, names = args
+    from accuracy.allocator import keep_freed_memory
+    keep_freed_memory()
     torch.set_num_threads(1)
     schedules = [s for s in declared_schedules() if s.name in names]
     return [asdict(p) for p in measure_case(spec, schedules)]
