@@ -149,6 +149,7 @@ def build(device: str = "cpu", facts: dict | None = None) -> dict:
         "framework": {"name": "swiglu-accuracy", "version": _version("swiglu-accuracy"),
                       "commit": _git("rev-parse", "HEAD"),
                       "dirty": (lambda s: None if s is None else bool(s))(_git("status", "--porcelain", "--untracked-files=no"))},
+        "host": platform.node(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "versions": {name: _version(dist) for name, dist in

@@ -107,6 +107,7 @@ def merge(run: str | os.PathLike, *, manifest: dict | None = None,
     folder = Path(run)
     shards = read_shards(folder / "shards")
     payload = {"schema": SCHEMA_VERSION, "run": folder.name, "manifest": manifest,
+               "planned": [list(c) for c in planned or []],
                "missing": missing_cells(planned or [], shards.records),
                "unreadable_shards": shards.unreadable, "records": shards.records}
     write_atomic(folder / "results.json", payload)

@@ -51,6 +51,13 @@ def pytest_addoption(parser):
                     help="the trusted backend of the dual-benchmark verdict (msprobe's error ratios); it runs at "
                          "every case even when not listed with --backend; 'none' turns the dual verdict off "
                          "(default: torch-eager)")
+    group.addoption("--num-shards", type=int, default=1, metavar="N",
+                    help="split the matrix into N deterministic shards by case (cases/shards.py); with --shard-id")
+    group.addoption("--shard-id", type=int, default=0, metavar="I",
+                    help="run shard I of --num-shards (0-based): every cell of its cases, nothing else")
+    group.addoption("--shard-durations", default=None, metavar="RESULTS",
+                    help="balance the shards by the case durations of a previous run (a results directory, "
+                         "run folder or results file) instead of by hash")
     group.addoption("--gate", choices=("absolute", "dual", "both"), default="absolute",
                     help="the verdict a cell is gated on: absolute (the operator's rtol/atol criterion with the "
                          "allowance of its legitimate choices), dual (msprobe's ratios to --benchmark), or both "
@@ -66,6 +73,10 @@ def pytest_configure(config):
         raise pytest.UsageError("--cell-timeout must be > 0 seconds")
     if config.getoption("--chunk-rows", default=2048) < 1:
         raise pytest.UsageError(f"--chunk-rows must be >= 1, got {config.getoption('--chunk-rows')}")
+    shards, shard_id = config.getoption("--num-shards", default=1), config.getoption("--shard-id", default=0)
+    if shards < 1 or not 0 <= shard_id < shards:
+        raise pytest.UsageError(f"--shard-id must be in [0, --num-shards) and --num-shards >= 1, got "
+                                f"--shard-id {shard_id} --num-shards {shards}")
     if config.getoption("--gate", default="absolute") != "absolute" and benchmark_name(config) is None:
         raise pytest.UsageError(f"--gate {config.getoption('--gate')} needs a benchmark; --benchmark none turns it off")
     # every process that streams goldens (the controller without xdist, each xdist worker)
@@ -168,8 +179,39 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("cell", params)
 
 
+def _case_of(item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec and "cell" in callspec.params:
+        return callspec.params["cell"][0].id
+    return None
+
+
+def shard_assignment(config, case_ids) -> dict[str, int] | None:
+    """Case id -> shard (``cases.shards``), or None when the run is not sharded."""
+    shards = config.getoption("--num-shards", default=1)
+    if shards <= 1:
+        return None
+    from cases.shards import assign, durations_from_records
+    source = config.getoption("--shard-durations", default=None)
+    durations = None
+    if source:
+        from accuracy.results import load_records
+        durations = durations_from_records(load_records(source))
+    return assign(case_ids, shards, durations)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
+    # this shard's cases (the same assignment on every worker and machine: it depends on the ids)
+    assignment = shard_assignment(config, [c for c in map(_case_of, items) if c is not None])
+    if assignment is not None:
+        mine = config.getoption("--shard-id")
+        # tests that are not cells of the matrix run once, in shard 0
+        keep = [it for it in items if assignment.get(_case_of(it), 0) == mine]
+        dropped = [it for it in items if assignment.get(_case_of(it), 0) != mine]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
     # which backends each case will run on this session, after -k / -m deselection (trylast)
     if not hasattr(config, "workerinput"):
         _record_planned(config, [item.nodeid for item in items])
@@ -213,8 +255,20 @@ def run_manifest(config) -> dict:
         return workerinput["swiglu_manifest"]
     if MANIFEST not in config.stash:
         from accuracy.manifest import build
-        config.stash[MANIFEST] = build(config.getoption("--device"))
+        manifest = build(config.getoption("--device"))
+        manifest["selection"] = run_selection(config)
+        config.stash[MANIFEST] = manifest
     return config.stash[MANIFEST]
+
+
+def run_selection(config) -> dict:
+    """What decides the run's plan: a merge of shards checks that every shard agrees on it."""
+    return {"profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
+            "backends": backend_names(config), "benchmark": benchmark_name(config),
+            "gate": config.getoption("--gate"), "markexpr": config.getoption("markexpr", default="") or "",
+            "keyword": config.getoption("keyword", default="") or "",
+            "shard": {"id": config.getoption("--shard-id"), "count": config.getoption("--num-shards"),
+                      "durations": config.getoption("--shard-durations")}}
 
 
 def platform_facts(config) -> dict:

@@ -178,6 +178,7 @@ class Cell:
     message: str = ""
     reason: str = ""
     anchor: str = ""
+    origin: str = ""          # "host H, device D" in a merged run of many machines (accuracy.merge)
 
     @property
     def css(self) -> str:
@@ -200,6 +201,13 @@ def detail_anchor(backend: str, output: str) -> str:
     return "d-" + slug(backend, output)
 
 
+def origin_of(rec: Mapping) -> str:
+    """Where a merged run's record was produced (empty for a local run's)."""
+    if rec.get("host") is None and rec.get("device") is None:
+        return ""
+    return f"host {rec.get('host')}, device {rec.get('device')}"
+
+
 def verdict_cells(idx: Index) -> dict[tuple[str, str, str], Cell]:
     """(case, backend, output) -> Cell, for every case x backend x output of the matrix."""
     cells = {}
@@ -216,12 +224,14 @@ def verdict_cells(idx: Index) -> dict[tuple[str, str, str], Cell]:
                     cells[(case, backend, output)] = Cell(
                         status if status in VERDICT_STATUSES else "missing", vacuous,
                         bool(rec.get("atol_capped", m.get("atol_capped", False))), str(rec.get("golden", "")),
-                        str(rec.get("message", "")), str(rec.get("expected_reason", "") or ""), anchor)
+                        str(rec.get("message", "")), str(rec.get("expected_reason", "") or ""), anchor,
+                        origin_of(rec))
                 elif star is not None:
                     status = str(star.get("status", "error"))
                     cells[(case, backend, output)] = Cell(
                         status if status in ("skipped", "error") else "error",
-                        message=str(star.get("message", "")), anchor=row_anchor(case, backend, "*"))
+                        message=str(star.get("message", "")), anchor=row_anchor(case, backend, "*"),
+                        origin=origin_of(star))
                 elif any(k[0] == case and k[1] == backend for k in idx.gated):
                     cells[(case, backend, output)] = Cell("missing", anchor=anchor)
     return cells
@@ -617,6 +627,7 @@ class PlatformSummary:
     facts: list[tuple[str, str]]
     fields: list[tuple[str, str]]
     emulation: str | None
+    hosts: list = field(default_factory=list)     # a merged run's machines (accuracy.merge)
 
 
 def _flatten(obj, prefix: str = "") -> list[tuple[str, str]]:
@@ -641,7 +652,12 @@ def platform_summary(manifest: Mapping | None) -> PlatformSummary | None:
     commit = fw.get("commit")
     parts.append(f"commit {commit[:10] if commit else '?'}{' (modified)' if fw.get('dirty') else ''}")
     facts = [(k, _flatten(v)[0][1]) for k, v in (manifest.get("facts") or {}).items()]
-    return PlatformSummary(" · ".join(parts), facts, _flatten(manifest), manifest.get("emulation"))
+    hosts = [{"host": h.get("host"), "device": h.get("device"), "shard": h.get("shard"),
+              "cpu": (h.get("cpu") or {}).get("model"), "capability": (h.get("cpu") or {}).get("torch_cpu_capability"),
+              "facts": ", ".join(f"{k}={v}" for k, v in (h.get("facts") or {}).items()), "source": h.get("source")}
+             for h in manifest.get("hosts") or [] if isinstance(h, Mapping)]
+    return PlatformSummary(" · ".join(parts), facts, _flatten({k: v for k, v in manifest.items() if k != "hosts"}),
+                           manifest.get("emulation"), hosts)
 
 
 # --------------------------------------------------------------------------- dual benchmark
