@@ -49,9 +49,20 @@ def _listed(items: list[str]) -> str:
     return head + (f"; ... and {len(items) - LISTED} more" if len(items) > LISTED else "")
 
 
-def merge_runs(sources: Sequence[str | Path], out: str | Path) -> dict:
+def merge_runs(sources: Sequence[str | Path], out: str | Path, *, absent_shards: Sequence[int] = (),
+               extra_missing: Sequence[dict] = ()) -> dict:
     """Merge ``sources`` into ``out/results.json``; returns the payload written. Raises
-    ``MergeError`` naming every problem found (nothing is written then)."""
+    ``MergeError`` naming every problem found (nothing is written then).
+    ``absent_shards``: shards known to be absent (a launcher gave up on them, or they had no
+    case): no error; the planned cells of lost ones (``extra_missing``, {"case", "backend"}) are
+    recorded as missing."""
+    if not sources and extra_missing:       # every shard lost: the record of what never ran
+        payload = {"schema": SCHEMA_VERSION, "run": Path(out).name, "manifest": None,
+                   "merged": {"from": [], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                   "planned": [[m["case"], m["backend"]] for m in extra_missing],
+                   "missing": [dict(m) for m in extra_missing], "unreadable_shards": [], "records": []}
+        write_atomic(Path(out) / "results.json", payload)
+        return payload
     if not sources:
         raise MergeError("nothing to merge: give at least one run")
     runs = [load_results(s) for s in sources]
@@ -78,7 +89,7 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path) -> dict:
         if shard in seen_shards:
             problems.append(f"shard {shard} of {count} appears twice: {seen_shards[shard]} and {name}")
         seen_shards.setdefault(shard, name)
-    absent = [i for i in range(count) if i not in seen_shards]
+    absent = [i for i in range(count) if i not in seen_shards and i not in absent_shards]
     if absent and all(_get(m, "selection.shard.id") is not None for m in manifests):
         problems.append(f"shard(s) {', '.join(map(str, absent))} of {count} are not among the runs")
 
@@ -102,7 +113,8 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path) -> dict:
             planned.append((cell.get("case"), cell.get("backend")))
     planned = list(dict.fromkeys(planned))
     done = {(r.get("case"), r.get("backend")) for r in records}
-    missing = [f"case {c}, backend {b!r}" for c, b in planned if (c, b) not in done]
+    known_lost = {(m["case"], m["backend"]) for m in extra_missing}
+    missing = [f"case {c}, backend {b!r}" for c, b in planned if (c, b) not in done and (c, b) not in known_lost]
     if missing:
         problems.append(f"{len(missing)} planned cells never ran: {_listed(missing)}")
     unreadable = [u for run in runs for u in run.get("unreadable_shards") or []]
@@ -112,7 +124,8 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path) -> dict:
         raise MergeError("cannot merge:\n  " + "\n  ".join(problems))
 
     merged_manifest = dict(manifests[0])
-    merged_manifest["selection"] = {**merged_manifest["selection"], "shard": {"merged": count}}
+    merged_manifest["selection"] = {**merged_manifest["selection"],
+                                    "shard": {"merged": count, "absent": list(absent_shards)}}
     merged_manifest["hosts"] = [{"run": run.get("run"), "source": name, "host": m.get("host"),
                                  "device": m.get("device"), "cpu": m.get("cpu"), "facts": m.get("facts"),
                                  "shard": _get(m, "selection.shard.id")}
@@ -122,6 +135,7 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path) -> dict:
                                 str(r.get("golden", ""))))
     payload = {"schema": SCHEMA_VERSION, "run": out.name, "manifest": merged_manifest,
                "merged": {"from": names, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-               "planned": [list(c) for c in planned], "missing": [], "unreadable_shards": [], "records": records}
+               "planned": [list(c) for c in dict.fromkeys(planned + [(m["case"], m["backend"]) for m in extra_missing])],
+               "missing": [dict(m) for m in extra_missing], "unreadable_shards": [], "records": records}
     write_atomic(out / "results.json", payload)
     return payload
