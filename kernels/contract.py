@@ -120,6 +120,20 @@ def clone_inputs(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: inputs[name].clone() for name in INPUT_NAMES}
 
 
+def input_digests(inputs: Mapping[str, torch.Tensor]) -> dict[str, tuple]:
+    """Per input: shape, dtype and a BLAKE2b digest of its raw bits (on the CPU), so that a write
+    into an input can be detected without holding a copy of it (1.6 GB at the article's case)."""
+    import hashlib
+    out = {}
+    for name in INPUT_NAMES:
+        t = inputs[name].detach()
+        raw = t.contiguous().view(torch.int16) if t.dtype in (torch.bfloat16, torch.float16) else t.contiguous()
+        data = raw.cpu().numpy() if raw.numel() else b""
+        out[name] = (tuple(t.shape), str(t.dtype), hashlib.blake2b(memoryview(data).cast("B") if raw.numel() else data,
+                                                                   digest_size=16).hexdigest())
+    return out
+
+
 def mutated_inputs(originals: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]) -> list[str]:
     """Names of inputs whose bits changed (NaN-aware: compares raw bits)."""
     changed = []

@@ -48,7 +48,7 @@ def _child(name: str, conn) -> None:
         spec, device = request
         inputs = make_inputs(CaseSpec(*spec), device)
         conn.send(("started", time.monotonic()))
-        run = run_backend(backend, inputs)
+        run = run_backend(backend, inputs, private_inputs=True)     # regenerated per case: no clones needed
         del inputs
         if run.outputs is not None:
             run.outputs = {k: v.share_memory_() for k, v in run.outputs.items()}

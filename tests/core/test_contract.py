@@ -77,6 +77,20 @@ def test_runner_detects_input_mutation_and_protects_the_originals():
     assert torch.equal(inputs["dy"], before)
 
 
+def _flips_one_bit(**inputs):
+    out = torch_eager(**inputs)
+    inputs["w_fc"].view(torch.int16)[2, 1] ^= 1     # the smallest write there is: one bit
+    return out
+
+
+@pytest.mark.parametrize("fn, name", [(_mutating, "dy"), (_flips_one_bit, "w_fc")])
+def test_private_inputs_are_checked_by_digest_without_a_copy(fn, name):
+    """The isolated child's mode: no clones, a write still named (the inputs are discarded after)."""
+    run = run_backend(Backend("mut", fn), tiny_inputs(), private_inputs=True)
+    assert not run.ok and f"wrote into its inputs ['{name}']" in run.error
+    assert run_backend(Backend("ok", torch_eager), tiny_inputs(), private_inputs=True).ok
+
+
 def test_registry_resolves_names_and_import_paths():
     assert resolve("torch-eager").fn is torch_eager
     assert resolve("kernels.torch_autograd:torch_eager").fn is torch_eager
