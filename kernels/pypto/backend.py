@@ -42,6 +42,11 @@ MAX_M_ENV = "SWIGLU_PYPTO_CPU_MAX_M"
 # (benchmarks/pypto_cpu.py, docs/pypto.md): b one tile per call 0.85 GB peak vs 3.44 GB in
 # one call, at a similar wall time; w and x are cheapest with 4096-8192 rows per call.
 DEFAULT_CHUNK_ROWS = {"b": 1024, "w": 8192, "x": 4096}
+# Above DEFAULT_CPU_MAX_M (a run that lifted the limit) memory decides: at the article's case
+# (M=220000, K=512, N=1024, seed 0) the backend alone took 324 s at 4.51 GiB peak with the chunks
+# above and 464 s at 3.77 GiB with 2048 rows per call for every kernel; the whole cell (pytest,
+# isolated child, goldens, comparison) 8 min 27 s at 3.79 GiB.
+LARGE_M_CHUNK_ROWS = 2048
 # Beyond this M the CPU interpreter is refused for time, not memory (the chunks bound the
 # memory): about 2.5 s per 1000 rows at K=512, N=1024 for the three kernels on 2 cores, so
 # the seed case (M=220000) would take ~9 min per backend; it belongs to the NPU.
@@ -164,8 +169,10 @@ def _run_npu(schedule: TiledSchedule, inputs: dict) -> dict:
     return {name: t.to(src) for name, t in out.items()}
 
 
-def cpu_chunk_rows(kernel: str, tile_m: int) -> int:
-    rows = int(os.environ.get(CHUNK_ENV) or DEFAULT_CHUNK_ROWS[kernel])
+def cpu_chunk_rows(kernel: str, tile_m: int, m: int = 0) -> int:
+    default = DEFAULT_CHUNK_ROWS[kernel] if m <= DEFAULT_CPU_MAX_M else min(DEFAULT_CHUNK_ROWS[kernel],
+                                                                            LARGE_M_CHUNK_ROWS)
+    rows = int(os.environ.get(CHUNK_ENV) or default)
     return max(tile_m, rows // tile_m * tile_m)
 
 
@@ -186,7 +193,7 @@ def _check_cpu_capacity(m: int, k: int, n: int, variant: str) -> None:
     # plus one call's interpreter working set (measured <= 1.4 GB with the default chunks at
     # K=512, N=1024; scaled with the row width and the chunk).
     need = 2 * 2 * (2 * m * n + m * k + 2 * k * n) + (8 * k * n if variant == "hardened" else 0)
-    rows = min(m, max(cpu_chunk_rows(kern, 2048) for kern in ("b", "w", "x")))
+    rows = min(m, max(cpu_chunk_rows(kern, 2048, m) for kern in ("b", "w", "x")))
     need += int(1.4e9 * (max(k, n) / 1024) * (rows / 8192))
     avail = _mem_available()
     if avail is not None and need > 0.8 * avail:
@@ -220,7 +227,7 @@ def _run_cpu(schedule: TiledSchedule, inputs: dict) -> dict:
     out, acc = _alloc(m, k, n, variant, "cpu")
     tiles = {"b": schedule.tile_m_b, "w": schedule.tile_m_w, "x": schedule.tile_m_x}
     for kernel, name in ((b, "b"), (w, "w"), (x, "x")):
-        step = cpu_chunk_rows(name, tiles[name])
+        step = cpu_chunk_rows(name, tiles[name], m)
         for r0 in range(0, m, step):
             args = _kernel_args(variant, inp, out, acc, slice(r0, min(m, r0 + step)))
             interpreter.run(kernel, *args[name])

@@ -9,15 +9,18 @@ import pytest
 from cases.ray_launch import device_env, launch, parse_resources
 
 ray = pytest.importorskip("ray", reason="the Ray extra is not installed: pip install -e '.[ray]'")
+pytestmark = pytest.mark.xdist_group("ray-cluster")     # one local cluster per session, on one worker
 
-# four small cases, one per shard of 4 (cases/shards.py's hash)
-SELECT = ["-k", "M1-K512 or M2-K96 or M1-K96 or M1024-K96", "--benchmark", "none", "-p", "no:xdist",
+# four small cases, one per shard of 4 (cases/shards.py's hash); backends in-process (no child
+# process per backend: the shards' pytest start-up is what this costs)
+SELECT = ["-k", "M1-K512 or M2-K96 or M1-K96 or M1024-K96", "--benchmark", "none", "-p", "no:xdist", "--no-isolation",
           "--backend", "torch-eager", "--backend", "tests.reports.kernels:wrong_db_g"]
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False,
+             object_store_memory=256 << 20)
     yield ray.cluster_resources()
     ray.shutdown()
 

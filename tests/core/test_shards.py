@@ -117,8 +117,8 @@ def test_merge_refuses_and_names_the_problem(tmp_path, problem, expected):
 
 def test_sharded_runs_merge_to_the_unsharded_run(tmp_path):
     """Two real shards of a few small cells, merged: the same records, verdict for verdict."""
-    select = ["-k", "M1-K512 or M2-K96 or M1023-K96", "--benchmark", "none", "--backend", "torch-eager",
-              "--backend", "tests.reports.kernels:wrong_db_g"]
+    select = ["-k", "M1-K512 or M2-K96 or M1023-K96", "--benchmark", "none", "--no-isolation",
+              "--backend", "torch-eager", "--backend", "tests.reports.kernels:wrong_db_g"]
 
     def run(folder, *extra):
         proc = subprocess.run([sys.executable, "-m", "pytest", "cases/", "-p", "no:xdist", "-p", "no:cacheprovider",
