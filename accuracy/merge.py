@@ -102,7 +102,8 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path, *, absent_shards:
                                   f"{owner[key]} and {name}")
                 continue
             owner[key] = name
-            records.append({**rec, "host": m.get("host"), "device": m.get("device"), "run": run.get("run")})
+            records.append({**rec, "host": m.get("host"), "device": rec.get("device") or m.get("device"),
+                            "run": run.get("run")})
     if duplicates:
         problems.append(f"{len(duplicates)} records appear in two runs: {_listed(duplicates)}")
 

@@ -58,6 +58,7 @@ def _bit_identical(a: dict, b: dict) -> bool:
 
 
 def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = "cpu",
+                  golden_device: str | None = None,
                   chunk_rows: int = DEFAULT_CHUNK_ROWS, isolate: bool = False,
                   cell_timeout: float | None = None, repeats: int = 1,
                   benchmark: str | None = DEFAULT_BENCHMARK) -> CaseOutcome:
@@ -67,7 +68,9 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     to the first (``accuracy.determinism``), and every repeat that is not is gated too: an output
     passes only if it passes in every repeat.
     ``benchmark``: the backend whose errors the dual-benchmark verdict divides by (``accuracy.dual``);
-    it must be among ``backends`` for that verdict to exist."""
+    it must be among ``backends`` for that verdict to exist.
+    ``golden_device``: where the goldens and the comparison run when not on ``device`` (the host,
+    for a device without FP64: ``cases.devices``); inputs and outputs are moved there once."""
     try:
         inputs = make_inputs(spec, device)
     except Exception as exc:
@@ -118,6 +121,9 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     outcome.schedules = {name: sched.name for name, sched in schedules.items() if name not in repeat_of}
     start = time.perf_counter()
     try:
+        if golden_device is not None and golden_device != device:
+            inputs = {k: v.to(golden_device) for k, v in inputs.items()}
+            ok = {name: {o: t.to(golden_device) for o, t in outs.items()} for name, outs in ok.items()}
         outcome.comparison = compare_case(inputs, ok, schedules, chunk_rows=chunk_rows)
     except Exception as exc:  # a golden that cannot be computed fails every cell of the case, loudly
         outcome.error = f"case {spec.id}: goldens/compare failed: {type(exc).__name__}: {exc}"

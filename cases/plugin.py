@@ -255,8 +255,10 @@ def run_manifest(config) -> dict:
         return workerinput["swiglu_manifest"]
     if MANIFEST not in config.stash:
         from accuracy.manifest import build
+        from cases.devices import describe
         manifest = build(config.getoption("--device"))
         manifest["selection"] = run_selection(config)
+        manifest["devices"] = describe(config.getoption("--device"))
         config.stash[MANIFEST] = manifest
     return config.stash[MANIFEST]
 
@@ -269,6 +271,20 @@ def run_selection(config) -> dict:
             "keyword": config.getoption("keyword", default="") or "",
             "shard": {"id": config.getoption("--shard-id"), "count": config.getoption("--num-shards"),
                       "durations": config.getoption("--shard-durations")}}
+
+
+DEVICE = pytest.StashKey[str]()
+
+
+def case_device(config) -> str:
+    """This process's device for ``--device`` (``cases.devices``): one per xdist worker."""
+    if DEVICE not in config.stash:
+        from cases.devices import kind_of, visible_count, worker_device
+        requested = config.getoption("--device")
+        kind = kind_of(requested)
+        count = visible_count(kind) if kind != "cpu" and ":" not in requested else 0
+        config.stash[DEVICE] = worker_device(requested, os.environ.get("PYTEST_XDIST_WORKER"), count)
+    return config.stash[DEVICE]
 
 
 def platform_facts(config) -> dict:

@@ -17,7 +17,8 @@ from accuracy.gate import AccuracyError
 from accuracy.results import _safe, to_json, write_atomic, write_cell
 from cases import expectations
 from cases.evaluate import evaluate_case, golden_records, records_for
-from cases.plugin import CELLS, _worker, benchmark_name, platform_facts, run_folder, shard_dir
+from cases.devices import golden_device
+from cases.plugin import CELLS, _worker, benchmark_name, case_device, platform_facts, run_folder, shard_dir
 
 _CASES: dict = {}          # case id -> the case's evaluated cells (JSON), per worker process
 _PENDING: dict = {}        # case id -> backends this process has still to report
@@ -32,8 +33,10 @@ def _evaluate(config, spec) -> dict:
         # its outputs are the dual verdict's denominator even where its own cells were deselected
         from kernels.registry import resolve
         backends.append(resolve(bench))
-    device, facts = config.getoption("--device"), platform_facts(config)
-    outcome = evaluate_case(spec, backends, device=device, chunk_rows=config.getoption("--chunk-rows"),
+    device, facts = case_device(config), platform_facts(config)
+    golden_dev = golden_device(device)
+    outcome = evaluate_case(spec, backends, device=device, golden_device=golden_dev,
+                            chunk_rows=config.getoption("--chunk-rows"),
                             isolate=not config.getoption("--no-isolation"),
                             cell_timeout=config.getoption("--cell-timeout"), repeats=config.getoption("--repeats"),
                             benchmark=bench)
@@ -44,7 +47,10 @@ def _evaluate(config, spec) -> dict:
             return expectations.judge_output(_EXPECTATIONS, name, spec.id, output, golden, passed,
                                              metrics, device=device, facts=facts)
         run = outcome.runs.get(b.name)
-        cells[b.name] = {"records": records_for(outcome, b.name, judge, gate=config.getoption("--gate")),
+        records = records_for(outcome, b.name, judge, gate=config.getoption("--gate"))
+        for r in records:
+            r.update(device=device, golden_device=golden_dev)
+        cells[b.name] = {"records": records,
                          "skipped": run.skipped if run else None, "error": run.error if run else None}
     return to_json({"error": outcome.error, "cells": cells})
 
@@ -79,8 +85,8 @@ def rerun_command(config, spec, backend: str) -> str:
         args += ["--profile", config.getoption("--profile")]
     if spec.seed > 0:
         args += ["--seeds", str(spec.seed + 1)]
-    if config.getoption("--device") != "cpu":
-        args += ["--device", config.getoption("--device")]
+    if case_device(config) != "cpu":
+        args += ["--device", case_device(config)]      # the worker's own device, gw<i> -> cuda:<i mod n>
     if config.getoption("--repeats") > 1:
         args += ["--repeats", str(config.getoption("--repeats"))]
     if config.getoption("--gate") != "absolute":
