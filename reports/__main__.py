@@ -34,6 +34,7 @@ def csv_main(argv) -> int:
 
 
 def drift_main(argv) -> int:
+    from cases.spec import SCALES
     from reports import drift_study as S
     parser = argparse.ArgumentParser(prog="python -m reports drift",
                                      description="the tile-vs-global drift of every declared schedule against M, "
@@ -43,7 +44,7 @@ def drift_main(argv) -> int:
     parser.add_argument("--ms", type=int, nargs="+", default=list(S.STUDY_MS), metavar="M")
     parser.add_argument("--seeds", type=int, default=S.STUDY_SEEDS)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--profiles", nargs="+", default=list(S.STUDY_PROFILES), choices=sorted(S.SCALES))
+    parser.add_argument("--profiles", nargs="+", default=list(S.STUDY_PROFILES), choices=sorted(SCALES))
     parser.add_argument("--k", type=int, default=S.STUDY_K)
     parser.add_argument("--n", type=int, default=S.STUDY_N)
     parser.add_argument("--processes", type=int, default=0, help="worker processes (default: one per CPU)")

@@ -40,7 +40,7 @@ import torch
 from accuracy import allowance
 from accuracy.bounds import gamma, unit_roundoff
 from accuracy.tolerances import TOLERANCES
-from cases.spec import SCALES, CaseSpec, make_inputs
+from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import FP64_GLOBAL, TiledSchedule
 from goldens.stream import REDUCTION_OUTPUTS, GoldenPass, round_to
 
