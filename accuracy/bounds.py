@@ -30,6 +30,20 @@ def gamma(k: int, u: float) -> float:
     return float("inf") if ku >= 1 else ku / (1 - ku)
 
 
+def accumulator_roundoff(sched: TiledSchedule, kernel: str) -> float:
+    """Unit roundoff of the b ("b") or w ("w") kernel's cross-tile accumulation: 0 when it
+    accumulates in the math dtype itself (no cast of the partials)."""
+    acc = sched.db_accumulator if kernel == "b" else sched.dw_accumulator
+    return 0.0 if acc == sched.plan.math else unit_roundoff(acc)
+
+
+def accumulation_bound(partials_abs: torch.Tensor, tiles: int, u_acc: float, u_math: float) -> torch.Tensor:
+    """|tiled - global sum| after ``tiles`` tiles (Higham's recursive summation):
+    [u_acc + gamma_{T-1}(u_acc)(1 + u_acc) + gamma_T(u_math)] * sum_t |partial_t|."""
+    rel = u_acc + gamma(tiles - 1, u_acc) * (1 + u_acc) + gamma(tiles, u_math)
+    return rel * partials_abs
+
+
 def elementwise_bound(exact: torch.Tensor, sched: TiledSchedule, point: str) -> torch.Tensor:
     """dg / dfc: ELEMENTWISE_OPS roundings in the math dtype, then the store."""
     plan = sched.plan
@@ -49,9 +63,7 @@ def reduction_bound(abs_terms: torch.Tensor, exact: torch.Tensor, *, length: int
     """
     plan = sched.plan
     u_math = unit_roundoff(plan.math)
-    u_acc = unit_roundoff(sched.db_accumulator if kernel == "b" else sched.dw_accumulator)
-    if (sched.db_accumulator if kernel == "b" else sched.dw_accumulator) == plan.math:
-        u_acc = 0.0
+    u_acc = accumulator_roundoff(sched, kernel)
     n_tiles = sched.n_tiles(length, kernel)
     u_in = unit_roundoff(plan.rounding(inputs_stored)) if inputs_stored else 0.0
     relative = (gamma(length, u_math) + u_in + gamma(ELEMENTWISE_OPS, u_math)

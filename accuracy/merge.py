@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from accuracy.results import SCHEMA_VERSION, load_results, write_atomic
+from accuracy.results import SCHEMA_VERSION, load_results, missing_cells, record_order, write_atomic
 
 MUST_AGREE = ("framework.version", "framework.commit", "selection.profile", "selection.seeds",
               "selection.backends", "selection.benchmark", "selection.gate", "selection.markexpr",
@@ -57,12 +57,7 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path, *, absent_shards:
     case): no error; the planned cells of lost ones (``extra_missing``, {"case", "backend"}) are
     recorded as missing."""
     if not sources and extra_missing:       # every shard lost: the record of what never ran
-        payload = {"schema": SCHEMA_VERSION, "run": Path(out).name, "manifest": None,
-                   "merged": {"from": [], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                   "planned": [[m["case"], m["backend"]] for m in extra_missing],
-                   "missing": [dict(m) for m in extra_missing], "unreadable_shards": [], "records": []}
-        write_atomic(Path(out) / "results.json", payload)
-        return payload
+        return _write(out, None, [], [], [], extra_missing)
     if not sources:
         raise MergeError("nothing to merge: give at least one run")
     runs = [load_results(s) for s in sources]
@@ -113,9 +108,9 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path, *, absent_shards:
         for cell in run.get("missing") or []:
             planned.append((cell.get("case"), cell.get("backend")))
     planned = list(dict.fromkeys(planned))
-    done = {(r.get("case"), r.get("backend")) for r in records}
     known_lost = {(m["case"], m["backend"]) for m in extra_missing}
-    missing = [f"case {c}, backend {b!r}" for c, b in planned if (c, b) not in done and (c, b) not in known_lost]
+    missing = [f"case {c['case']}, backend {c['backend']!r}" for c in missing_cells(planned, records)
+               if (c["case"], c["backend"]) not in known_lost]
     if missing:
         problems.append(f"{len(missing)} planned cells never ran: {_listed(missing)}")
     unreadable = [u for run in runs for u in run.get("unreadable_shards") or []]
@@ -131,12 +126,16 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path, *, absent_shards:
                                  "device": m.get("device"), "cpu": m.get("cpu"), "facts": m.get("facts"),
                                  "shard": _get(m, "selection.shard.id")}
                                 for name, run, m in zip(names, runs, manifests)]
+    return _write(out, merged_manifest, names, planned, records, extra_missing)
+
+
+def _write(out, manifest: dict | None, sources: list[str], planned: list[tuple], records: list[dict],
+           extra_missing: Sequence[dict]) -> dict:
     out = Path(out)
-    records.sort(key=lambda r: (str(r.get("case", "")), str(r.get("backend", "")), str(r.get("output", "")),
-                                str(r.get("golden", ""))))
-    payload = {"schema": SCHEMA_VERSION, "run": out.name, "manifest": merged_manifest,
-               "merged": {"from": names, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-               "planned": [list(c) for c in dict.fromkeys(planned + [(m["case"], m["backend"]) for m in extra_missing])],
-               "missing": [dict(m) for m in extra_missing], "unreadable_shards": [], "records": records}
+    planned = list(dict.fromkeys(list(planned) + [(m["case"], m["backend"]) for m in extra_missing]))
+    payload = {"schema": SCHEMA_VERSION, "run": out.name, "manifest": manifest,
+               "merged": {"from": sources, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+               "planned": [list(c) for c in planned], "missing": [dict(m) for m in extra_missing],
+               "unreadable_shards": [], "records": sorted(records, key=record_order)}
     write_atomic(out / "results.json", payload)
     return payload

@@ -90,9 +90,13 @@ def read_shards(shard_root: Path) -> Shards:
             out.records.extend(json.loads(shard.read_text())["records"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             out.unreadable.append(f"{shard}: {type(exc).__name__}: {exc}")
-    out.records.sort(key=lambda r: (str(r.get("case", "")), str(r.get("backend", "")), str(r.get("output", "")),
-                                    str(r.get("golden", ""))))
+    out.records.sort(key=record_order)
     return out
+
+
+def record_order(r: dict) -> tuple:
+    """The order records are stored in: by case, backend, output, golden (stable diffs)."""
+    return tuple(str(r.get(k, "")) for k in ("case", "backend", "output", "golden"))
 
 
 def missing_cells(planned: list[tuple[str, str]], records: list[dict]) -> list[dict]:

@@ -33,11 +33,14 @@ def visible_count(kind: str) -> int:
     return 0
 
 
-def worker_device(requested: str, worker: str | None, count: int) -> str:
-    """The device of xdist worker ``worker`` (``gw3``; None outside xdist) for ``--device requested``."""
+def worker_device(requested: str, worker: str | None, count: int | None = None) -> str:
+    """The device of xdist worker ``worker`` (``gw3``; None outside xdist) for ``--device requested``;
+    ``count``: the visible devices of that kind (counted here when not given)."""
     kind = kind_of(requested)
     if kind == "cpu" or ":" in str(requested):
         return str(requested)
+    if count is None:
+        count = visible_count(kind)
     if count < 1:
         raise ValueError(f"--device {requested}: no {kind} device is visible")
     match = re.fullmatch(r"gw(\d+)", worker or "")

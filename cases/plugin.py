@@ -191,13 +191,8 @@ def shard_assignment(config, case_ids) -> dict[str, int] | None:
     shards = config.getoption("--num-shards", default=1)
     if shards <= 1:
         return None
-    from cases.shards import assign, durations_from_records
-    source = config.getoption("--shard-durations", default=None)
-    durations = None
-    if source:
-        from accuracy.results import load_records
-        durations = durations_from_records(load_records(source))
-    return assign(case_ids, shards, durations)
+    from cases.shards import assignment
+    return assignment(case_ids, shards, config.getoption("--shard-durations", default=None))
 
 
 @pytest.hookimpl(trylast=True)
@@ -206,9 +201,9 @@ def pytest_collection_modifyitems(session, config, items):
     assignment = shard_assignment(config, [c for c in map(_case_of, items) if c is not None])
     if assignment is not None:
         mine = config.getoption("--shard-id")
-        # tests that are not cells of the matrix run once, in shard 0
-        keep = [it for it in items if assignment.get(_case_of(it), 0) == mine]
-        dropped = [it for it in items if assignment.get(_case_of(it), 0) != mine]
+        keep, dropped = [], []
+        for it in items:      # tests that are not cells of the matrix run once, in shard 0
+            (keep if assignment.get(_case_of(it), 0) == mine else dropped).append(it)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
@@ -279,11 +274,8 @@ DEVICE = pytest.StashKey[str]()
 def case_device(config) -> str:
     """This process's device for ``--device`` (``cases.devices``): one per xdist worker."""
     if DEVICE not in config.stash:
-        from cases.devices import kind_of, visible_count, worker_device
-        requested = config.getoption("--device")
-        kind = kind_of(requested)
-        count = visible_count(kind) if kind != "cpu" and ":" not in requested else 0
-        config.stash[DEVICE] = worker_device(requested, os.environ.get("PYTEST_XDIST_WORKER"), count)
+        from cases.devices import worker_device
+        config.stash[DEVICE] = worker_device(config.getoption("--device"), os.environ.get("PYTEST_XDIST_WORKER"))
     return config.stash[DEVICE]
 
 

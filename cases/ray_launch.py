@@ -30,11 +30,14 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from reports.data import FAILING, GOLDEN_PREFIX   # the records' vocabulary (torch-free)
 
 ROOT = Path(__file__).resolve().parents[1]
 VISIBILITY = {"NPU": "ASCEND_RT_VISIBLE_DEVICES", "GPU": "CUDA_VISIBLE_DEVICES"}
@@ -70,7 +73,8 @@ def device_env(assigned: dict[str, list], requested: dict[str, float], cluster: 
 
 
 def _cells_of(run_root: Path) -> list[Path]:
-    return [p for p in run_root.glob("runs/*/shards/*/*.json") if not p.name.startswith(".tmp-")]
+    from accuracy.results import TMP_PREFIX
+    return [p for p in run_root.glob("runs/*/shards/*/*.json") if not p.name.startswith(TMP_PREFIX)]
 
 
 def run_shard(shard: int, shards: int, pytest_args: list[str], requested: dict[str, float], cluster: dict[str, float],
@@ -87,7 +91,8 @@ def run_shard(shard: int, shards: int, pytest_args: list[str], requested: dict[s
         log = Path(tmp) / "pytest.log"
         with open(log, "w") as out:
             proc = subprocess.Popen(cmd, cwd=cwd or os.getcwd(), env=env, stdout=out, stderr=subprocess.STDOUT)
-            seen: dict[Path, int] = {}
+            seen: dict[Path, int | None] = {}     # cell file -> 1 failing, 0 not, None a case's goldens
+            reported = None
             while True:
                 finished = proc.poll() is not None
                 for cell in _cells_of(root):
@@ -96,11 +101,12 @@ def run_shard(shard: int, shards: int, pytest_args: list[str], requested: dict[s
                             recs = json.loads(cell.read_text())["records"]
                         except (OSError, ValueError, KeyError):
                             continue      # being written: read it at the next poll
-                        if all(str(r.get("backend", "")).startswith("golden:") for r in recs):
-                            continue      # a case's goldens, not a cell of the plan
-                        seen[cell] = int(any(r.get("status") in ("fail", "error", "unexpected_pass") for r in recs))
-                if progress is not None:
-                    progress.put((shard, len(seen), sum(seen.values())))
+                        goldens = all(str(r.get("backend", "")).startswith(GOLDEN_PREFIX) for r in recs)
+                        seen[cell] = None if goldens else int(any(r.get("status") in FAILING for r in recs))
+                cells = [v for v in seen.values() if v is not None]
+                if progress is not None and (len(cells), sum(cells)) != reported:
+                    reported = (len(cells), sum(cells))
+                    progress.put((shard, *reported))
                 if finished:
                     break
                 time.sleep(POLL_SECONDS)
@@ -115,31 +121,20 @@ def run_shard(shard: int, shards: int, pytest_args: list[str], requested: dict[s
 
 
 def planned_cells(pytest_args: list[str], shards: int, cwd: Path = ROOT) -> dict[int, list[tuple[str, str]]]:
-    """Shard -> its planned (case, backend) cells, from a local collection of the same selection."""
-    from cases.shards import assign
+    """Shard -> its planned (case, backend) cells, from a local collection of the same selection,
+    split as the plugin splits it (``cases.shards.assignment``, with ``--shard-durations`` if given)."""
+    from cases.case_id import CASE_ID_PATTERN
+    from cases.shards import assignment
     proc = subprocess.run([sys.executable, "-m", "pytest", "cases/", "--collect-only", "-q", "-p", "no:xdist",
                            "-p", "no:cacheprovider", *pytest_args], cwd=cwd, capture_output=True, text=True)
-    params = [line.split("test_cell[", 1)[1].rsplit("]", 1)[0] for line in proc.stdout.splitlines()
-              if "test_cell[" in line]
-    by_case = _split_params(params, pytest_args, cwd)
-    shard_of = assign(list({c for c, _ in by_case}), shards)
+    cell = re.compile(rf"test_cell\[(?P<case>{CASE_ID_PATTERN})-(?P<backend>.+)\]$")
+    cells = [(m["case"], m["backend"]) for m in map(cell.search, proc.stdout.splitlines()) if m]
+    options = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    options.add_argument("--shard-durations")
+    shard_of = assignment({c for c, _ in cells}, shards, options.parse_known_args(pytest_args)[0].shard_durations)
     out: dict[int, list] = {i: [] for i in range(shards)}
-    for case, backend in by_case:
+    for case, backend in cells:
         out[shard_of[case]].append((case, backend))
-    return out
-
-
-def _split_params(params: list[str], pytest_args: list[str], cwd: Path) -> list[tuple[str, str]]:
-    """Test ids "<case id>-<backend>" -> (case id, backend), with the matrix's own case ids."""
-    from cases.matrix import PROFILES
-    profile = pytest_args[pytest_args.index("--profile") + 1] if "--profile" in pytest_args else "quick"
-    seeds = int(pytest_args[pytest_args.index("--seeds") + 1]) if "--seeds" in pytest_args else 1
-    ids = sorted((c.id for c in PROFILES[profile](seeds)), key=len, reverse=True)
-    out = []
-    for p in params:
-        case = next((c for c in ids if p.startswith(c + "-")), None)
-        if case is not None:
-            out.append((case, p[len(case) + 1:]))
     return out
 
 

@@ -44,6 +44,16 @@ def assign(case_ids: Iterable[str], num_shards: int,
     return out
 
 
+def assignment(case_ids: Iterable[str], num_shards: int, durations_source=None) -> dict[str, int]:
+    """``assign`` with the durations of a previous run (a results directory, run folder or results
+    file: ``--shard-durations``), when given; what the pytest plugin and the Ray launcher both use."""
+    durations = None
+    if durations_source:
+        from accuracy.results import load_records
+        durations = durations_from_records(load_records(durations_source))
+    return assign(case_ids, num_shards, durations)
+
+
 def durations_from_records(records: Iterable[Mapping]) -> dict[str, float]:
     """Per case, the wall seconds its cells took (``seconds`` of each backend run, counted once
     per cell; the goldens' time is part of every record's case and is counted once too)."""

@@ -24,7 +24,7 @@ class CaseSpec:
     seed: int
 
     @property
-    def id(self) -> str:
+    def id(self) -> str:       # parsed back by cases.case_id.CASE_ID
         return f"M{self.m}-K{self.k}-N{self.n}-{self.scale}-s{self.seed}"
 
     def asdict(self) -> dict:

@@ -126,12 +126,16 @@ def input_digests(inputs: Mapping[str, torch.Tensor]) -> dict[str, tuple]:
     import hashlib
     out = {}
     for name in INPUT_NAMES:
-        t = inputs[name].detach()
-        raw = t.contiguous().view(torch.int16) if t.dtype in (torch.bfloat16, torch.float16) else t.contiguous()
-        data = raw.cpu().numpy() if raw.numel() else b""
-        out[name] = (tuple(t.shape), str(t.dtype), hashlib.blake2b(memoryview(data).cast("B") if raw.numel() else data,
-                                                                   digest_size=16).hexdigest())
+        t = inputs[name].detach().contiguous()
+        bits = t.view(torch.int16) if t.dtype in (torch.bfloat16, torch.float16) else t   # numpy has no bfloat16
+        out[name] = (tuple(t.shape), str(t.dtype), hashlib.blake2b(bits.cpu().numpy(), digest_size=16).hexdigest())
     return out
+
+
+def changed_since(digests: Mapping[str, tuple], inputs: Mapping[str, torch.Tensor]) -> list[str]:
+    """Names of inputs whose digest (``input_digests``) is no longer the one taken before."""
+    now = input_digests(inputs)
+    return [name for name in INPUT_NAMES if now[name] != digests[name]]
 
 
 def mutated_inputs(originals: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]) -> list[str]:

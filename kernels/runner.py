@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.contract import (BackendUnsupported, ContractError, clone_inputs, input_digests, mutated_inputs,
-                              validate_outputs)
+from kernels.contract import (BackendUnsupported, ContractError, changed_since, clone_inputs, input_digests,
+                              mutated_inputs, validate_outputs)
 from kernels.registry import Backend
 from kernels.sealed_state import sealed
 
@@ -88,11 +88,7 @@ def run_backend(backend: Backend, inputs: Mapping[str, torch.Tensor], *, private
     except Exception as exc:   # a returned object whose own methods raise (a hostile Mapping, say)
         return BackendRun(backend.name, error=f"backend {backend.name!r} returned outputs that cannot be read: "
                                               f"{describe(exc)}", seconds=seconds)
-    if digests is not None:
-        after = input_digests(clones)
-        changed = [name for name in digests if after[name] != digests[name]]
-    else:
-        changed = mutated_inputs(inputs, clones)
+    changed = changed_since(digests, clones) if digests is not None else mutated_inputs(inputs, clones)
     if changed:
         return BackendRun(backend.name, error=f"backend {backend.name!r} wrote into its inputs {changed}: a kernel "
                                               f"must leave x, w_g, w_fc, dy, g, fc untouched", seconds=seconds)

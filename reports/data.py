@@ -25,6 +25,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cases.case_id import CASE_ID
+
 OUTPUTS = ("dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx")
 DRIFT_OUTPUTS = ("db_g", "db_fc", "dw_g", "dw_fc")
 GOLDENS = ("reference", "fp64", "faithful", "tiled")
@@ -96,9 +98,6 @@ class Case:
         return f"K{self.k} N{self.n}"
 
 
-_CASE_ID = re.compile(r"^M(\d+)-K(\d+)-N(\d+)-(.+)-s(\d+)$")
-
-
 def case_of(rec: Mapping) -> Case:
     cid = str(rec.get("case", "?"))
     spec = rec.get("case_spec") if isinstance(rec.get("case_spec"), Mapping) else {}
@@ -108,7 +107,7 @@ def case_of(rec: Mapping) -> Case:
 
     m, k, n = as_int(spec.get("m")), as_int(spec.get("k")), as_int(spec.get("n"))
     scale, seed = spec.get("scale"), as_int(spec.get("seed"))
-    match = _CASE_ID.match(cid)
+    match = CASE_ID.match(cid)
     if match and None in (m, k, n, seed):
         m, k, n, seed = (int(match.group(i)) for i in (1, 2, 3, 5))
         scale = scale or match.group(4)

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from accuracy import allowance
-from accuracy.bounds import gamma, unit_roundoff
+from accuracy.bounds import accumulation_bound, accumulator_roundoff, unit_roundoff
 from accuracy.tolerances import TOLERANCES
 from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import FP64_GLOBAL, TiledSchedule
@@ -75,18 +75,12 @@ def global_of(schedule: TiledSchedule) -> TiledSchedule:
 
 
 def _is_global(schedule: TiledSchedule) -> bool:
-    return global_of(schedule) == replace(schedule, name=f"{schedule.name}/global")
+    return global_of(schedule) == replace(schedule, name=global_of(schedule).name)
 
 
 def probabilistic_model(tiles: float, u_acc: float) -> float:
     """rms drift / rms of a random-sign sum accumulated over ``tiles`` tiles: u_acc sqrt(T/2)."""
     return u_acc * math.sqrt(tiles / 2)
-
-
-def accumulation_bound(partials_abs: torch.Tensor, tiles: int, u_acc: float, u_math: float) -> torch.Tensor:
-    """|tiled - global| <= [u_acc + gamma_{T-1}(u_acc)(1 + u_acc) + gamma_T(u_math)] sum |partials|."""
-    rel = u_acc + gamma(tiles - 1, u_acc) * (1 + u_acc) + gamma(tiles, u_math)
-    return rel * partials_abs
 
 
 @dataclass
@@ -134,7 +128,7 @@ def measure_case(spec: CaseSpec, schedules: Sequence[TiledSchedule]) -> list[Cas
     for s in schedules:
         layers[s.name] = s
         if not _is_global(s):
-            layers[f"{s.name}/global"] = global_of(s)
+            layers[global_of(s).name] = global_of(s)
     golden = GoldenPass(inputs, layers, terms=True, rows=False, accumulators=True)
     for _ in golden.blocks():
         pass
@@ -151,8 +145,7 @@ def measure_case(spec: CaseSpec, schedules: Sequence[TiledSchedule]) -> list[Cas
         tiles = {fam: s.n_tiles(spec.m, KERNEL_OF_FAMILY[fam]) for fam in FAMILIES}
         outputs = {}
         for fam, names in FAMILIES.items():
-            acc = s.db_accumulator if fam == "db" else s.dw_accumulator
-            u_acc = 0.0 if acc == s.plan.math else unit_roundoff(acc)
+            u_acc = accumulator_roundoff(s, KERNEL_OF_FAMILY[fam])
             for o in names:
                 reference, limit, scale = ref_data[o]
                 scale = scale or 1.0
@@ -163,7 +156,7 @@ def measure_case(spec: CaseSpec, schedules: Sequence[TiledSchedule]) -> list[Cas
                     bound = 0.0
                 else:
                     drift = (golden.accumulated[s.name][o].double()
-                             - golden.accumulated[f"{s.name}/global"][o].double())
+                             - golden.accumulated[global_of(s).name][o].double())
                     bound = float(accumulation_bound(golden.abs_partials[s.name][o].double(), tiles[fam], u_acc,
                                                      unit_roundoff(s.plan.math)).max())
                 outputs[o] = OutputPoint(
@@ -315,11 +308,6 @@ def summarize(points: Sequence[CasePoint]) -> dict:
                 "gate_fail_share": series["gate_fail_share"][article]},
         }
     return summary
-
-
-def accumulator_roundoff(schedule: TiledSchedule, fam: str) -> float:
-    acc = schedule.db_accumulator if fam == "db" else schedule.dw_accumulator
-    return 0.0 if acc == schedule.plan.math else unit_roundoff(acc)
 
 
 @dataclass

@@ -292,6 +292,12 @@ def _band(ax, xs, series, color, label, **line):
     return ax.plot(xs, med, color=color, label=label, **line)[0]
 
 
+def _note(ax, lines: Sequence[str]) -> None:
+    if lines:
+        ax.text(0.02, 0.97, "\n".join(lines), transform=ax.transAxes, fontsize=9.5, va="top",
+                bbox=dict(facecolor="white", alpha=0.85, lw=0))
+
+
 def drift_study(study: dict, family: str, path: Path) -> None:
     """One reduction family of a drift study (``reports.drift_study``): per scale profile, top the
     rms drift (tiled accumulator - global sum) / rms(FP64) against M with its 10-90% band over
@@ -318,7 +324,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
                 fam = fams.get(family)
                 if fam is None:
                     continue
-                info = labels.setdefault(name, {"slopes": [], "drift": False})
+                info = labels.setdefault(name, {"slopes": [], "drift": False, "tiled": False})
                 color = SCHEDULE_COLOR.get(name, "#7f7f7f")
                 ms, tiles = fam["m"], fam["tiles"]
                 sched = schedules.get(name)
@@ -331,6 +337,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
                     bottom.axvline(fam["crossing"]["interpolated"], color=color, ls=":", lw=1.2)
                 if all(t <= 1 for t in tiles):
                     continue      # one global sum: no tile drift by construction
+                info["tiled"] = True
                 if not any(v > 0 for v in fam["drift_rms"]["median"]):
                     notes.append(f"{name}: drift exactly 0 at every M")
                     continue
@@ -357,9 +364,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
             bottom.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             bottom.yaxis.set_major_formatter(plain)
             bottom.yaxis.set_minor_formatter(NullFormatter())
-            if gate_notes:
-                bottom.text(0.02, 0.97, "\n".join(gate_notes), transform=bottom.transAxes, fontsize=9.5, va="top",
-                            bbox=dict(facecolor="white", alpha=0.85, lw=0))
+            _note(bottom, gate_notes)
             bottom.text(ARTICLE_M, 0.02, "M=220000 ", transform=bottom.get_xaxis_transform(), fontsize=9,
                         ha="right", va="bottom", color="#666666")
             outputs = " + ".join(FAMILIES[family])
@@ -367,9 +372,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
             top.set_ylabel("rms(tiled - global) / rms(FP64)")
             bottom.set_ylabel("gate ratio (the gate fails above 1)")
             bottom.set_xlabel("M (rows)")
-            if notes:
-                top.text(0.02, 0.97, "\n".join(notes), transform=top.transAxes, fontsize=9.5, va="top",
-                         bbox=dict(facecolor="white", alpha=0.85, lw=0))
+            _note(top, notes)
             if tile_rows:
                 sec = top.secondary_xaxis("top", functions=(lambda m, t=tile_rows: m / t, lambda k, t=tile_rows: k * t))
                 sec.set_xlabel(f"tiles T of {tile_rows} rows", fontsize=9.5)
@@ -380,9 +383,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
             color = SCHEDULE_COLOR.get(name, "#7f7f7f")
             handles.append(Line2D([], [], color=color, marker="o", ms=4, lw=1.8))
             extra = (f"drift slope vs T {', '.join(info['slopes'])}" if info["drift"] else
-                     "no tile drift" if name not in {n for p in profiles for n in summary[p]
-                                                     if any(t > 1 for t in summary[p][n][family]["tiles"])}
-                     else "drift exactly 0")
+                     "drift exactly 0" if info["tiled"] else "no tile drift")
             texts.append(f"{name}: median and 10-90% over seeds; {extra}")
         for style, text in ((dict(ls="--"), "model u_acc sqrt(T/2) (sqrt: slope 0.5)"),
                             (dict(ls=":"), "deterministic bound, max element (slope >= 1)"),

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from accuracy.bounds import gamma, unit_roundoff
+from accuracy.bounds import accumulation_bound, unit_roundoff
 from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import TiledSchedule
 from goldens.stream import elementwise, round_to
@@ -100,8 +100,7 @@ class _Track:
             self.abs_sum = self.abs_sum + partial.abs()
         self.t += 1
         d = (self.acc.to(self.math_dtype) - self.glob).abs()
-        rel = self.u_acc + gamma(self.t - 1, self.u_acc) * (1 + self.u_acc) + gamma(self.t, self.u_math)
-        bound = rel * self.abs_sum
+        bound = accumulation_bound(self.abs_sum, self.t, self.u_acc, self.u_math)
         self.drift.append(_blocks(d, block))
         self.max_drift.append(float(d.max()))
         self.mean_drift.append(float(d.double().mean()))
