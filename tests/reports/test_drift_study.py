@@ -47,7 +47,9 @@ def test_drift_is_zero_for_one_global_sum_and_grows_with_the_bf16_tiles(study):
 def test_the_study_counts_what_the_gate_counts():
     """A backend that computes exactly the article's tiled emulation, through the matrix's own
     evaluation: its dw mismatch count is the study's gate_fails at the same case."""
-    spec = CaseSpec(65536, 16, 32, "unit", 2)
+    # gate ratios 1.5-2.1 on all four outputs here: far enough above 1 that another CPU's FP32
+    # summation order cannot turn a failure into a pass
+    spec = CaseSpec(220000, 16, 32, "unit", 2)
     article = [s for s in S.declared_schedules() if s.name == "article"]
     (point,) = S.measure_case(spec, article)
     backend = resolve("tiled-emulation")
@@ -56,7 +58,7 @@ def test_the_study_counts_what_the_gate_counts():
              if r.get("golden") == "reference"}
     for o in ("db_g", "db_fc", "dw_g", "dw_fc"):
         assert gated[o] == point.outputs[o].gate_fails, (o, gated[o], point.outputs[o])
-    assert point.outputs["dw_g"].gate_fails > 0 and point.outputs["db_g"].gate_fails > 0   # failures exercised
+    assert all(point.outputs[o].gate_fails > 0 for o in ("db_g", "db_fc", "dw_g", "dw_fc"))   # failures exercised
 
 
 def test_slope_and_crossing_arithmetic():
