@@ -10,8 +10,8 @@ from __future__ import annotations
 
 
 def render(results_dir, out_dir, baseline=None, **options):
-    """Render ``results_dir`` into ``out_dir/index.html`` (+ ``out_dir/plots/``); see ``reports.render.render``."""
-    from reports.render import render as _render   # matplotlib is imported only when a report is made
+    """Render ``results_dir`` into ``out_dir/index.html`` (+ ``out_dir/plots/``); see ``reports.page.render``."""
+    from reports.page import render as _render   # matplotlib is imported only when a report is made
     return _render(results_dir, out_dir, baseline, **options)
 
 

@@ -89,7 +89,7 @@ def main(argv=None) -> int:
                         help="largest M the per-tile replay re-creates (default 32768)")
     args = parser.parse_args(argv)
     from accuracy.results import resolve_results
-    from reports.render import render
+    from reports.page import render
     start = time.perf_counter()
     try:
         source = resolve_results(args.results)

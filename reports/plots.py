@@ -265,7 +265,7 @@ def vacuity(rows: Sequence[VacuityRow], path: Path) -> None:
 
 def _main(argv=None) -> int:
     """``python -m reports.plots JOBFILE``: run a pickled list of (function, args, path) jobs
-    (the render's plot workers; the job file is written by ``reports.render`` itself)."""
+    (the render's plot workers; the job file is written by ``reports.page`` itself)."""
     import pickle
     import sys
     argv = sys.argv[1:] if argv is None else argv

@@ -139,7 +139,7 @@ def test_sharded_runs_merge_to_the_unsharded_run(tmp_path):
     assert verdicts(merged["records"]) == verdicts(single["records"]) and len(merged["records"]) > 20
     assert sorted(map(tuple, merged["planned"])) == sorted(map(tuple, single["planned"]))
     assert main(["merge", str(shards[0]), "-o", str(tmp_path / "half")]) == 1       # shard 1 absent
-    from reports.render import render           # rendered like a local run, with where each cell ran
+    from reports.page import render           # rendered like a local run, with where each cell ran
     html = render(tmp_path / "merged", tmp_path / "report", heatmap=False).read_text()
     host = merged["records"][0]["host"]
     assert f"(host {host}, device cpu)" in html and "Merged from 2 runs" in html

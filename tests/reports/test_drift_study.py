@@ -90,7 +90,7 @@ def test_cli_writes_the_json_the_table_and_both_figures(tmp_path):
 @pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (/usr/bin/chromium); "
                                                     "install it with: apt-get install -y chromium")
 def test_study_heads_the_drift_section_in_a_browser(tmp_path, study, results_dir):
-    from reports.render import render
+    from reports.page import render
     S.write(study, tmp_path / "report" / "drift")
     page = render(results_dir, tmp_path / "report", heatmap=False)
     html = page.read_text()

@@ -17,6 +17,21 @@ def _srcs(html: str) -> list[str]:
     return re.findall(r'(?:src|href)="([^"]*)"', html)
 
 
+def test_package_render_stays_the_function_after_its_submodules_are_imported():
+    """``import reports.X`` binds ``reports.X`` to the submodule; a submodule named ``render`` would
+    replace the package's ``render`` function for every later ``from reports import render``
+    (CI's workers failed so, depending on which test file a worker ran first)."""
+    import importlib
+    import pkgutil
+    import types
+
+    import reports
+    for module in pkgutil.iter_modules(reports.__path__):
+        if module.name != "__main__":
+            importlib.import_module(f"reports.{module.name}")
+    assert isinstance(reports.render, types.FunctionType)
+
+
 def test_page_and_plots_exist(rendered):
     html = rendered.read_text()
     out = rendered.parent
