@@ -91,7 +91,11 @@ def test_tiled_accumulates_partials_in_bf16_in_loop_order():
     assert torch.equal(tiled["db_g"], acc.float())
     wacc = torch.zeros(x.shape[1], dg.shape[1], dtype=torch.bfloat16)
     for start in range(0, m, 2048):
-        wacc = wacc + (x[start:start + 2048].t() @ dg[start:start + 2048]).to(torch.bfloat16)
+        # a tile's FP32 partial in the canonical order: its 1024-row blocks' products, added in
+        # row order (one 2048-row GEMM sums in an order of oneDNN's choosing, which differs
+        # between CPUs: an Intel Xeon's differs from an AMD EPYC's in the last FP32 bits)
+        blocks = [x[b:min(b + 1024, m)].t() @ dg[b:min(b + 1024, m)] for b in range(start, min(start + 2048, m), 1024)]
+        wacc = wacc + sum(blocks[1:], blocks[0]).to(torch.bfloat16)
     assert torch.equal(tiled["dw_g"], wacc.float())
     assert not torch.equal(tiled["dw_g"], faithful["dw_g"])   # the drift is there at 2 tiles
 
