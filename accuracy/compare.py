@@ -193,7 +193,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
 
     shared_rows: set = set()   # (backend, output) whose tiled rows are the faithful rows
     for block in golden_pass.blocks():
-        dx_model = allowance.dx(block.terms, terms.dx_floor_l1, n)
+        dx_model = allowance.dx(block.terms, terms.dx_floor_l1, n, m * k)
         for b, kernel_out in outputs.items():
             dg_k = kernel_out["dg"][block.start:block.stop]
             dfc_k = kernel_out["dfc"][block.start:block.stop]

@@ -22,12 +22,14 @@ _EXPONENT_MASK = {torch.float32: (torch.int32, 0x7F800000),
                   torch.float64: (torch.int64, 0x7FF0000000000000)}
 
 
-def bf16_spacing(v: torch.Tensor) -> torch.Tensor:
-    """Gap between BF16 neighbours at |v| (the ULP of v's binade), in v's float dtype; inf at inf."""
+def bf16_spacing(v: torch.Tensor, smallest_binade: float = 2.0 ** MIN_NORMAL_EXP) -> torch.Tensor:
+    """Gap between BF16 neighbours at |v| (the ULP of v's binade), in v's float dtype; inf at inf.
+    ``smallest_binade``: where the subnormals begin in v's units (2^-126 x s for values scaled
+    by a power of two s, so the spacing among them stays 2^-133 x s)."""
     v = v if v.dtype in _EXPONENT_MASK else v.double()
     int_dtype, mask = _EXPONENT_MASK[v.dtype]
     binade = torch.bitwise_and(v.contiguous().view(int_dtype), mask).view(v.dtype)
-    return binade.clamp_(min=2.0 ** MIN_NORMAL_EXP).mul_(2.0 ** -MANTISSA_BITS)
+    return binade.clamp_(min=smallest_binade).mul_(2.0 ** -MANTISSA_BITS)
 
 
 def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:

@@ -226,11 +226,14 @@ class GoldenPass:
                         # a rounding flip at a stored product moves dx by one ULP of the product
                         block["dx_rounded_terms"] = p_g.abs() + p_fc.abs()
                 if self.reference is not None and self.reference in users:
+                    var_g, var_fc = self.terms.rounding_variance(dy[start:stop], g[start:stop], fc[start:stop],
+                                                                 dg_m, dfc_m)
                     if self.want_rows:
-                        row_terms = self.terms.rows(dg_m, dfc_m, p_g.abs() + p_fc.abs(), dx)
+                        row_terms = self.terms.rows(dg_m, dfc_m, var_g, var_fc, p_g, p_fc, dx)
                     for a in range(start, stop, REDUCTION_BLOCK):
                         b = min(a + REDUCTION_BLOCK, stop)
-                        self.terms.add_block(x[a:b], dg_m[a - start:b - start], dfc_m[a - start:b - start])
+                        self.terms.add_block(x[a:b], dg_m[a - start:b - start], dfc_m[a - start:b - start],
+                                             var_g[a - start:b - start], var_fc[a - start:b - start])
                 for name in users:
                     rows[name] = block
                 if not self.want_reductions:

@@ -6,15 +6,19 @@ dx[m, k] = sum_n dg[m, n] w_g[k, n] + dfc[m, n] w_fc[k, n]   (likewise for fc).
 The allowance of an output element (``accuracy.allowance``) needs, per element:
 
 * ``abs``: sum |terms|           (the worst case: every rounding the same way)
-* ``sq``:  sum (terms^2 + floor) (the variance of independent roundings; floor = the
-  BF16 subnormal spacing's share, x^2 * MIN_NORMAL^2, so a term among the subnormals
-  still counts half a spacing);
+* ``var``: sum of the variances of each term's legitimate BF16 roundings, exact per term
+  (``rounding_variance``): the store of dg / dfc and the intermediate a kernel may store before
+  it (dy*fc, silu(g)), each uniform in +-half the BF16 spacing of the value rounded
+  (spacing^2 / 12), times the other operand's square (x^2 for dw, w^2 for dx). The spacing of
+  a value in [2^e, 2^(e+1)) is 2^(e-7): on random mantissas its square averages 0.54 of the
+  worst case (2^-8 |t|)^2 the model used before, which is where the allowance's power comes from.
+  Among the subnormals the spacing is 2^-133, so a term there still counts.
 * ``shared``: for the fitted scale's variance when one rounded dg feeds many elements. A dx
   row shares its dg row: the fitted scale's numerator moves by sum_mn d_mn dg_mn (r w_g)_mn
   for roundings d of dg and the FP64 dx rows r, so ``RowTerms.shared`` is
-  sum_mn (dg^2 + floor) (r w_g)^2 + (fc likewise), exact under the model. A dw column shares
+  sum_mn var(dg)_mn (r w_g)^2 + (fc likewise), exact under the model. A dw column shares
   x's rows, and dw's r is known only after the pass: per column, the Cauchy-Schwarz bound
-  sum_m (dg^2 + floor) |x[m, :]|^2 (exact for an outer product, M = 1);
+  sum_m var(dg)_m |x[m, :]|^2 (exact for an outer product, M = 1);
 * ``prefix``: max over the canonical 1024-row blocks of |running sum| (db/dw only), and
   ``block``: max over blocks of the block's sum |terms|: the partial sums an FP32
   summation in another order passes through are bounded by prefix + 8 x block (an order
@@ -35,7 +39,14 @@ from dataclasses import dataclass
 
 import torch
 
+from accuracy.ulp import bf16_spacing
+
 MIN_NORMAL = 2.0 ** -126
+# The value a kernel rounds at the store of dg / dfc is its FP32 value, within one intermediate
+# rounding (2^-8 relative) and FP32 math of the exact one: its binade is at most that of
+# |exact| (1 + 2^-7), so the spacing is taken there (one binade up only for values within
+# 2^-7 below a power of two).
+STORE_BINADE_MARGIN = 1 + 2.0 ** -7
 
 
 def _pow2_scale(peak: float) -> float:
@@ -49,11 +60,14 @@ def _pow2_scale(peak: float) -> float:
 class RowTerms:
     """dx's term sums for a block of rows, float64 [rows, K]."""
     abs: torch.Tensor
-    sq: torch.Tensor
-    products: torch.Tensor      # |dg w_g^T| + |dfc w_fc^T|: the two partial products a kernel may store
-    shared: float               # sum_mn (dg^2 + floor) (r w_g)_mn^2 + (fc likewise): see above
+    var: torch.Tensor
+    products: torch.Tensor      # half the BF16 spacings of dg w_g^T and dfc w_fc^T, summed: the
+                                # worst case of the two partial products a kernel may store
+    products_var: torch.Tensor  # their variance as two independent uniform roundings: (h_g^2 + h_fc^2) / 3
+    shared: float               # sum_mn var(dg)_mn (r w_g)_mn^2 + (fc likewise): see above
 
 
+@dataclass
 class TermSums:
     """Accumulates the term sums of db_g, db_fc, dw_g, dw_fc block by block; ``rows`` gives dx's."""
 
@@ -71,7 +85,7 @@ class TermSums:
         self._w["signed"] = (w_g, w_fc)
         self.shared: dict[str, torch.Tensor] = {}
         self.abs: dict[str, torch.Tensor] = {}
-        self.sq: dict[str, torch.Tensor] = {}
+        self.var: dict[str, torch.Tensor] = {}
         self.block: dict[str, torch.Tensor] = {}
         self.prefix: dict[str, torch.Tensor] = {}   # filled by the golden pass from the FP64 layer
         self.segment: dict[str, torch.Tensor] = {}  # likewise: max |one block's sum|
@@ -80,30 +94,49 @@ class TermSums:
         self.dx_floor_l1 = (inputs["w_g"].double().abs().sum(1) + inputs["w_fc"].double().abs().sum(1)).unsqueeze(0)
         self.rows_seen = 0
 
-    def _scaled(self, dg: torch.Tensor, dfc: torch.Tensor):
-        dg = (dg * self.s_dg).float()
-        dfc = (dfc * self.s_dfc).float()
-        floor_g, floor_fc = (MIN_NORMAL * self.s_dg) ** 2, (MIN_NORMAL * self.s_dfc) ** 2
-        return dg, dfc, (dg * dg + floor_g), (dfc * dfc + floor_fc)
+    def rounding_variance(self, dy: torch.Tensor, g: torch.Tensor, fc: torch.Tensor, dg: torch.Tensor,
+                          dfc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per element of these rows, the variance of dg's and dfc's legitimate roundings (its store
+        and the stored dy*fc or silu(g) before it), FP32 in the units of the scaled terms
+        (``self.s_dg ** 2``, ``self.s_dfc ** 2``). ``dg``, ``dfc``: the exact (FP64) values."""
+        dy, g, fc = (t.float() for t in (dy, g, fc))
+        s = torch.sigmoid(g)
+        factor = s * (1 + g * (1 - s))          # dg = (dy fc) factor
+        silu = g * s                            # dfc = dy silu
+        var = []
+        for exact, scale, inter, times in ((dg, self.s_dg, dy * fc, factor), (dfc, self.s_dfc, silu, dy)):
+            store = bf16_spacing((exact.abs() * (scale * STORE_BINADE_MARGIN)).float(), MIN_NORMAL * scale)
+            inter = bf16_spacing(inter.abs_().mul_(STORE_BINADE_MARGIN), MIN_NORMAL).mul_(times.abs()).mul_(scale)
+            var.append(store.square_().add_(inter.square_()).div_(12))
+        return var[0], var[1]
 
-    def rows(self, dg: torch.Tensor, dfc: torch.Tensor, products: torch.Tensor, dx: torch.Tensor) -> RowTerms:
-        """dx's term sums for these rows of the reference's dg, dfc; ``products`` is
-        |dg w_g^T| + |dfc w_fc^T| and ``dx`` the FP64 dx rows, as the reference computed them."""
-        dg, dfc, sq_g, sq_fc = self._scaled(dg, dfc)
+    def rows(self, dg: torch.Tensor, dfc: torch.Tensor, var_g: torch.Tensor, var_fc: torch.Tensor,
+             p_g: torch.Tensor, p_fc: torch.Tensor, dx: torch.Tensor) -> RowTerms:
+        """dx's term sums for these rows of the reference's dg, dfc and their rounding variances
+        (``rounding_variance``); ``p_g``, ``p_fc`` are dg w_g^T and dfc w_fc^T and ``dx`` the FP64 dx
+        rows, as the reference computed them."""
         (a_wg, a_wfc), (q_wg, q_wfc) = self._w["abs"], self._w["sq"]
         ug, ufc = 1.0 / (self.s_dg * self.s_wg), 1.0 / (self.s_dfc * self.s_wfc)
-        abs_ = (dg.abs() @ a_wg).double() * ug + (dfc.abs() @ a_wfc).double() * ufc
-        sq = (sq_g @ q_wg).double() * ug ** 2 + (sq_fc @ q_wfc).double() * ufc ** 2
+        abs_g = (((dg * self.s_dg).float().abs_()) @ a_wg).double() * ug
+        abs_fc = (((dfc * self.s_dfc).float().abs_()) @ a_wfc).double() * ufc
+        var = (var_g @ q_wg).double() * ug ** 2 + (var_fc @ q_wfc).double() * ufc ** 2
+        # a stored product rounds the kernel's value, within its worst-case term error 2^-7 sum|terms|
+        # of the exact one: the spacing is taken at the top of that range
+        half_g = 0.5 * bf16_spacing(p_g.abs() + 2 ** -7 * abs_g)
+        half_fc = 0.5 * bf16_spacing(p_fc.abs() + 2 ** -7 * abs_fc)
         s_r = _pow2_scale(float(dx.abs().max()) if dx.numel() else 0.0)
         r = (dx * s_r).float()
         rw_g, rw_fc = r @ self._w["signed"][0], r @ self._w["signed"][1]
-        shared = (float((sq_g * rw_g * rw_g).sum(dtype=torch.float64)) * (ug / s_r) ** 2
-                  + float((sq_fc * rw_fc * rw_fc).sum(dtype=torch.float64)) * (ufc / s_r) ** 2)
-        return RowTerms(abs=abs_, sq=sq, products=products.double(), shared=shared)
+        shared = (float((var_g * rw_g * rw_g).sum(dtype=torch.float64)) * (ug / s_r) ** 2
+                  + float((var_fc * rw_fc * rw_fc).sum(dtype=torch.float64)) * (ufc / s_r) ** 2)
+        return RowTerms(abs=abs_g + abs_fc, var=var, products=half_g + half_fc,
+                        products_var=(half_g.square() + half_fc.square()) / 3, shared=shared)
 
-    def add_block(self, x: torch.Tensor, dg: torch.Tensor, dfc: torch.Tensor) -> None:
-        """One canonical block of rows (x as given, the reference's dg, dfc)."""
-        dg, dfc, sq_g, sq_fc = self._scaled(dg, dfc)
+    def add_block(self, x: torch.Tensor, dg: torch.Tensor, dfc: torch.Tensor, var_g: torch.Tensor,
+                  var_fc: torch.Tensor) -> None:
+        """One canonical block of rows (x as given, the reference's dg, dfc, and their rounding
+        variances from ``rounding_variance``)."""
+        dg, dfc = (dg * self.s_dg).float(), (dfc * self.s_dfc).float()
         xs = (x * self.s_x).float()
         a_x, q_x = xs.abs().t(), (xs * xs).t()
         ones = torch.ones(1, xs.shape[0])
@@ -111,21 +144,21 @@ class TermSums:
         parts_abs = {"db_g": (ones @ dg.abs()).double() / self.s_dg, "db_fc": (ones @ dfc.abs()).double() / self.s_dfc,
                      "dw_g": (a_x @ dg.abs()).double() * (u_x / self.s_dg),
                      "dw_fc": (a_x @ dfc.abs()).double() * (u_x / self.s_dfc)}
-        parts_sq = {"db_g": (ones @ sq_g).double() / self.s_dg ** 2, "db_fc": (ones @ sq_fc).double() / self.s_dfc ** 2,
-                    "dw_g": (q_x @ sq_g).double() * (u_x / self.s_dg) ** 2,
-                    "dw_fc": (q_x @ sq_fc).double() * (u_x / self.s_dfc) ** 2}
+        parts_var = {"db_g": (ones @ var_g).double() / self.s_dg ** 2, "db_fc": (ones @ var_fc).double() / self.s_dfc ** 2,
+                     "dw_g": (q_x @ var_g).double() * (u_x / self.s_dg) ** 2,
+                     "dw_fc": (q_x @ var_fc).double() * (u_x / self.s_dfc) ** 2}
         x_sq = (xs * xs).sum(1, keepdim=True).t()        # [1, rows]: |x[m, :]|^2
-        parts_shared = {"dw_g": (x_sq @ sq_g).double() * (u_x / self.s_dg) ** 2,
-                        "dw_fc": (x_sq @ sq_fc).double() * (u_x / self.s_dfc) ** 2}
+        parts_shared = {"dw_g": (x_sq @ var_g).double() * (u_x / self.s_dg) ** 2,
+                        "dw_fc": (x_sq @ var_fc).double() * (u_x / self.s_dfc) ** 2}
         for name, part in parts_shared.items():
             self.shared[name] = part if name not in self.shared else self.shared[name] + part
         for name, part in parts_abs.items():
             if name in self.abs:
                 self.abs[name] += part
-                self.sq[name] += parts_sq[name]
+                self.var[name] += parts_var[name]
                 torch.maximum(self.block[name], part, out=self.block[name])
             else:
-                self.abs[name], self.sq[name], self.block[name] = part, parts_sq[name], part.clone()
+                self.abs[name], self.var[name], self.block[name] = part, parts_var[name], part.clone()
         x_l1 = x.double().abs().sum(0).unsqueeze(1)          # [K, 1]
         rows = torch.full((1, 1), float(x.shape[0]), dtype=torch.float64)
         for name, part in (("db_g", rows), ("db_fc", rows), ("dw_g", x_l1), ("dw_fc", x_l1)):
