@@ -12,7 +12,8 @@ with the exact BF16 spacing of each value rounded (round to nearest: uniform in 
 and z the two-sided Gaussian quantile for a false-alarm probability alpha per case run split
 evenly over the 7 outputs and that output's elements: the ideal test, which knows each
 element's legitimate spread exactly and whose sums are Gaussian. Its floor is the minimum over
-elements of that threshold / |r|. The gate (``accuracy.allowance``) sits above it by its rigour:
+elements of that threshold / |r|, where the Gaussian term is capped by the roundings' worst case
+(sums of one or two terms; dx's two stored products are added at theirs). The gate (``accuracy.allowance``) sits above it by its rigour:
 a sub-Gaussian tail bound instead of the Gaussian quantile, the same alpha split over 14 checks,
 and worst cases where there are too few roundings for a tail bound (dx's two products, M <= 2).
 Where the ideal floor itself exceeds 1/64 (2.0 rtol), no element-wise gate meets that target at
@@ -21,6 +22,7 @@ that false-alarm rate; the fitted scale is the test that catches a uniform error
     python benchmarks/floor_bound.py                      # the quick profile's seed / unit cases
     python benchmarks/floor_bound.py --case M2048-K512-N1024-seed-s0 --alpha 1e-3 --alpha 1e-5
     python benchmarks/floor_bound.py --store-only          # PyTorch's roundings alone
+    python benchmarks/floor_bound.py --gate-table          # the gate's floors, every small quick case
 """
 from __future__ import annotations
 
@@ -42,11 +44,11 @@ from benchmarks.gate_floor import parse_case            # noqa: E402
 from cases.evaluate import declared_schedule            # noqa: E402
 from cases.matrix import quick_cases                    # noqa: E402
 from cases.spec import make_inputs                      # noqa: E402
+from kernels.contract import OUTPUT_NAMES               # noqa: E402
 from kernels.registry import resolve                    # noqa: E402
 from kernels.runner import run_backend                  # noqa: E402
 
 OUTPUTS = 7
-CHUNK = 8192
 
 
 def quantile(p_two_sided: float) -> float:
@@ -59,42 +61,59 @@ def quantile(p_two_sided: float) -> float:
 
 
 def reference_terms(inputs, intermediates: bool):
-    """FP64 dg, dfc from the BF16 inputs, and the variance of each one's legitimate roundings:
-    its store and, with ``intermediates``, the stored dy*fc (times dg's factor) and silu(g)
-    (times dy) before it."""
+    """FP64 dg, dfc from the BF16 inputs, and per element the variance and the worst case (half
+    spacings) of its legitimate roundings: its store and, with ``intermediates``, the stored dy*fc
+    (times dg's factor) and silu(g) (times dy) before it."""
     dy, g, fc = (inputs[n].double() for n in ("dy", "g", "fc"))
     s = torch.sigmoid(g)
     factor, silu = s * (1 + g * (1 - s)), g * s
     dg, dfc = dy * fc * factor, dy * silu
-    var_g, var_fc = bf16_spacing(dg) ** 2 / 12, bf16_spacing(dfc) ** 2 / 12
+    spacings = {"g": [bf16_spacing(dg)], "fc": [bf16_spacing(dfc)]}
     if intermediates:
-        var_g += (bf16_spacing(dy * fc) * factor) ** 2 / 12
-        var_fc += (bf16_spacing(silu) * dy) ** 2 / 12
-    return dg, dfc, var_g, var_fc
+        spacings["g"].append(bf16_spacing(dy * fc) * factor.abs())
+        spacings["fc"].append(bf16_spacing(silu) * dy.abs())
+    var = {k: sum(h ** 2 for h in v) / 12 for k, v in spacings.items()}
+    worst = {k: sum(v) / 2 for k, v in spacings.items()}
+    return dg, dfc, var, worst
 
 
 def gate_floors(inputs) -> dict:
-    """The gate's own detection floors at these inputs (they depend on the reference alone;
-    torch-eager supplies the outputs the comparison needs)."""
+    """The gate's own element-wise floor and fitted-scale threshold per output at these inputs,
+    in units of rtol (they depend on the reference alone; torch-eager supplies the outputs the
+    comparison needs)."""
     backend = resolve("torch-eager")
     run = run_backend(backend, inputs)
     metrics = compare_case(inputs, {backend.name: run.outputs}, {backend.name: declared_schedule(backend)},
                            diagnose=False)["backends"][backend.name]
-    return {o: metrics[o][REFERENCE]["detection_floor"] / TOLERANCES[o].rtol for o in ("db_g", "db_fc", "dx")}
+    return {o: (m[REFERENCE]["detection_floor"] / TOLERANCES[o].rtol,
+                m[REFERENCE]["aggregate"]["scale_allowed"] / TOLERANCES[o].rtol) for o, m in metrics.items()}
+
+
+def gate_table(specs) -> str:
+    """The gate's floors, element-wise / fitted scale, per case and output (docs/gate-power.md)."""
+    lines = ["| case | " + " | ".join(OUTPUT_NAMES) + " |", "|---|" + "---|" * len(OUTPUT_NAMES)]
+    for spec in specs:
+        floors_ = gate_floors(make_inputs(spec))
+        lines.append(f"| {spec.id} | " + " | ".join(f"{floors_[o][0]:.2f} / {floors_[o][1]:.2f}" for o in OUTPUT_NAMES)
+                     + " |")
+    return "\n".join(lines)
 
 
 def floors(spec, alphas, intermediates: bool) -> dict:
     inputs = make_inputs(spec)
-    gate = gate_floors(inputs)
-    dg, dfc, u_g, u_fc = reference_terms(inputs, intermediates)
+    gate = {o: f[0] for o, f in gate_floors(inputs).items()}
+    dg, dfc, var, worst = reference_terms(inputs, intermediates)
     w_g, w_fc = inputs["w_g"].double(), inputs["w_fc"].double()
     p_g, p_fc = dg @ w_g.t(), dfc @ w_fc.t()
-    var_dx = u_g @ (w_g * w_g).t() + u_fc @ (w_fc * w_fc).t()
-    if intermediates:
-        var_dx += (bf16_spacing(p_g) ** 2 + bf16_spacing(p_fc) ** 2) / 12
-    sums = {"db_g": (dg.sum(0), u_g.sum(0)), "db_fc": (dfc.sum(0), u_fc.sum(0)), "dx": (p_g + p_fc, var_dx)}
+    var_dx = var["g"] @ (w_g * w_g).t() + var["fc"] @ (w_fc * w_fc).t()
+    worst_dx = worst["g"] @ w_g.abs().t() + worst["fc"] @ w_fc.abs().t()
+    # dx's two stored products: two bounded roundings, whose tail is their worst case
+    products = (bf16_spacing(p_g) + bf16_spacing(p_fc)) / 2 if intermediates else torch.zeros_like(p_g)
+    sums = {"db_g": (dg.sum(0), var["g"].sum(0), worst["g"].sum(0), 0.0),
+            "db_fc": (dfc.sum(0), var["fc"].sum(0), worst["fc"].sum(0), 0.0),
+            "dx": (p_g + p_fc, var_dx, worst_dx, products)}
     out = {}
-    for name, (exact, var) in sums.items():
+    for name, (exact, var, worst, fixed) in sums.items():
         tol = TOLERANCES[name]
         ref = exact.to(torch.bfloat16).double()
         atol = tol.effective_atol(float(ref.pow(2).mean().sqrt()))
@@ -103,7 +122,8 @@ def floors(spec, alphas, intermediates: bool) -> dict:
         row = {}
         for alpha in alphas:
             z = quantile(alpha / (OUTPUTS * exact.numel()))
-            row[f"{alpha:g}"] = {"z": z, "floor_rtol": float(((tol.rtol * r + atol + z * var.sqrt())[keep] / r[keep]).min()) / tol.rtol}
+            spread = torch.minimum(z * var.sqrt(), worst) + fixed     # few terms: their worst case
+            row[f"{alpha:g}"] = {"z": z, "floor_rtol": float(((tol.rtol * r + atol + spread)[keep] / r[keep]).min()) / tol.rtol}
         row["gate"] = gate[name]
         out[name] = row
     return out
@@ -117,7 +137,12 @@ def main(argv=None) -> int:
     parser.add_argument("--store-only", action="store_true",
                         help="count only the store of dg / dfc, not the stored intermediates and dx products")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--gate-table", action="store_true",
+                        help="print the gate's floors at every small case of the quick profile instead")
     args = parser.parse_args(argv)
+    if args.gate_table:
+        print(gate_table(sorted((c for c in quick_cases() if c.m * c.n <= 2 ** 22), key=lambda c: (c.scale, c.m))))
+        return 0
     alphas = args.alpha or [1e-3, 1e-5]
     specs = ([parse_case(c) for c in args.case] if args.case else
              [c for c in quick_cases() if c.scale in ("seed", "unit") and c.m * c.n <= 2 ** 22])

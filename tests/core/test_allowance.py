@@ -10,7 +10,8 @@ from accuracy.metrics import ErrorStats
 from accuracy.tolerances import TOLERANCES
 from accuracy.ulp import bf16_spacing
 from cases.evaluate import evaluate_case
-from cases.spec import CaseSpec
+from cases.spec import CaseSpec, make_inputs
+from goldens.terms import TermSums
 from kernels import plain
 from kernels.registry import Backend, resolve
 
@@ -51,6 +52,53 @@ def test_the_tail_constant_bounds_sums_of_uniform_roundings():
         share = float((s.abs() > 4 * sigma).double().mean())
         assert share <= 2 * math.exp(-8), (length, share)
     assert 2 * math.exp(-allowance.TAIL_SIGMAS ** 2 / 2) < 2e-12
+
+
+def test_the_tail_constant_spends_the_false_alarm_budget_per_output():
+    """c(n) is where the union bound over an output's n elements and the case run's 14 checks
+    reaches the budget 1e-5: 6.3 for db at N=200, 8.2 for dx at the article's case."""
+    for n in (1, 200, 19200, 220000 * 512):
+        c = allowance.tail_sigmas(n)
+        spent = n * allowance.ELEMENTWISE_CHECKS * 2 * math.exp(-c * c / 2)
+        assert spent == pytest.approx(allowance.FALSE_ALARM_PER_CASE, rel=1e-9), n
+    assert 6.3 < allowance.tail_sigmas(200) < 6.4 and 8.1 < allowance.tail_sigmas(220000 * 512) < 8.2
+
+
+def _stored_paths(spec):
+    """A correct kernel's dg, dfc with every legitimate rounding (dy*fc and silu(g) stored, then
+    dg, dfc stored; FP32 math), the same with the stores only, and the exact (FP64) values."""
+    inp = make_inputs(spec)
+    dy, g, fc = (inp[n].double() for n in ("dy", "g", "fc"))
+    s = torch.sigmoid(g)
+    exact = (dy * fc * s * (1 + g * (1 - s)), dy * g * s)
+    dy32, g32, fc32 = (inp[n].float() for n in ("dy", "g", "fc"))
+    s32 = torch.sigmoid(g32)
+    factor32 = s32 * (1 + g32 * (1 - s32))
+    both = ((dy32 * fc32).bfloat16().float() * factor32, dy32 * (g32 * s32).bfloat16().float())
+    store = (dy32 * fc32 * factor32, dy32 * (g32 * s32))
+    rounded = lambda pair: tuple(t.bfloat16().double() for t in pair)   # noqa: E731
+    return inp, exact, rounded(both), rounded(store)
+
+
+@pytest.mark.parametrize("scale", ["unit", "seed"])
+def test_the_rounding_variance_is_what_a_correct_kernel_measures(scale):
+    """``TermSums.rounding_variance`` against the errors of a kernel that stores every intermediate
+    (two roundings per term): sum e^2 / sum var is 0.98-1.02 (measured), so the model is the
+    variance, not a loose bound; with the stores alone it is 0.49; the earlier worst-case model
+    (2/3) u^2 t^2 gives 0.54 for the same errors, which this test would reject. The per-column sums
+    (db) have z-scores of rms ~1."""
+    inp, exact, both, store = _stored_paths(CaseSpec(4096, 8, 256, scale, 0))
+    terms = TermSums(inp)
+    var = terms.rounding_variance(inp["dy"], inp["g"], inp["fc"], *exact)
+    var = (var[0].double() / terms.s_dg ** 2, var[1].double() / terms.s_dfc ** 2)
+    for ex, v, k2, k1 in zip(exact, var, both, store):
+        e2, e1 = k2 - ex, k1 - ex
+        assert 0.93 < float((e2 * e2).sum() / v.sum()) < 1.07
+        assert 0.4 < float((e1 * e1).sum() / v.sum()) < 0.6
+        worst_case = float((e2 * e2).sum() / ((2 / 3) * allowance.U_BF16 ** 2 * (ex * ex).sum()))
+        assert not 0.93 < worst_case < 1.07
+        z = e2.sum(0) / v.sum(0).sqrt()
+        assert 0.85 < float(z.pow(2).mean().sqrt()) < 1.15
 
 
 def test_the_detection_floor_is_the_smallest_uniform_error_the_element_wise_gate_catches():

@@ -81,7 +81,7 @@ def test_reduction_bound_holds_for_an_fp32_sum():
     assert ((computed - exact).abs() <= bound).all()
     # the allowance's FP32-order term (partial sums, accuracy.allowance) is far below the worst case and
     # still covers the recursive sum, whose partial sums are the running sums themselves
-    order = allowance.TAIL_SIGMAS * allowance.U_FP32 * math.sqrt(20000 / 3) * terms.cumsum(0).abs().max(0).values
+    order = allowance.tail_sigmas(64) * allowance.U_FP32 * math.sqrt(20000 / 3) * terms.cumsum(0).abs().max(0).values
     assert ((computed - exact).abs() <= order).all() and (order < bound / 10).all()
 
 
