@@ -10,6 +10,7 @@ element-wise detection floor and fitted-scale threshold are listed per output.
     python benchmarks/gate_floor.py                                  # the article's case, seeds 0-2
     python benchmarks/gate_floor.py --case M4097-K96-N200-unit-s0 --json out.json
     python benchmarks/gate_floor.py --all-backends-seeds 1           # every kernel at seed 0 only
+    python benchmarks/gate_floor.py --case M220000-K512-N1024-seed-s1 --all-backends-seeds 0 --correct-only
 
 Memory: each backend's outputs at the article's case are 1.1 GB (BF16), held together for
 the one comparison pass; seven backends need about 12 GB.
@@ -46,12 +47,12 @@ def parse_case(text: str) -> CaseSpec:
     return CaseSpec(int(m[1:]), int(k[1:]), int(n[1:]), scale, int(seed[1:]))
 
 
-def backends(everything: bool) -> list[Backend]:
+def backends(everything: bool, correct_only: bool = False) -> list[Backend]:
     correct = [resolve("torch-eager")] + [Backend(f"plain:{n}", f) for n, f in plain.CORRECT.items()]
     wrong = [Backend(f"plain:{n}", f) for n, f in plain.WRONG.items()]
     if not everything:
         correct, wrong = correct[:2], [b for b in wrong if "bf16_math" not in b.name]
-    return correct + wrong
+    return correct if correct_only else correct + wrong
 
 
 def run(spec: CaseSpec, chosen: list[Backend]) -> dict:
@@ -104,6 +105,8 @@ def main(argv=None) -> int:
     parser.add_argument("--case", action="append", default=None, help="case id (repeatable); default M220000 seeds 0-2")
     parser.add_argument("--all-backends-seeds", type=int, default=1,
                         help="the first N cases run every kernel; later ones torch-eager, plain and two wrong kernels")
+    parser.add_argument("--correct-only", action="store_true",
+                        help="the correct kernels only (torch-eager and plain beyond the first cases): a false-alarm check")
     parser.add_argument("--json", default=None)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
@@ -112,7 +115,7 @@ def main(argv=None) -> int:
     cases = [parse_case(c) for c in args.case] if args.case else [CaseSpec(220000, 512, 1024, "seed", s) for s in range(3)]
     results = []
     for i, spec in enumerate(cases):
-        results.append(run(spec, backends(i < args.all_backends_seeds)))
+        results.append(run(spec, backends(i < args.all_backends_seeds, args.correct_only)))
         print(f"{spec.id}: {results[-1]['seconds']:.0f} s", file=sys.stderr, flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
