@@ -45,7 +45,8 @@ MIN_NORMAL = 2.0 ** -126
 # The value a kernel rounds at the store of dg / dfc is its FP32 value, within one intermediate
 # rounding (2^-8 relative) and FP32 math of the exact one: its binade is at most that of
 # |exact| (1 + 2^-7), so the spacing is taken there (one binade up only for values within
-# 2^-7 below a power of two).
+# 2^-7 below a power of two). The intermediates get the same margin: dy*fc is exact in FP32,
+# silu(g) within FP32 math of the exact value, so for them it only errs on the safe side.
 STORE_BINADE_MARGIN = 1 + 2.0 ** -7
 
 
@@ -67,7 +68,6 @@ class RowTerms:
     shared: float               # sum_mn var(dg)_mn (r w_g)_mn^2 + (fc likewise): see above
 
 
-@dataclass
 class TermSums:
     """Accumulates the term sums of db_g, db_fc, dw_g, dw_fc block by block; ``rows`` gives dx's."""
 
