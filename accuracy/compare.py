@@ -32,7 +32,8 @@ from accuracy.bounds import dx_bound, elementwise_bound, reduction_bound, unit_r
 from accuracy.metrics import SLICE_ELEMENTS, ErrorStats
 from accuracy.tolerances import TOLERANCES, Tolerance
 from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
-from goldens.stream import DEFAULT_CHUNK_ROWS, REDUCTION_BLOCK, GoldenPass, round_to
+from goldens.rounding import round_to
+from goldens.stream import DEFAULT_CHUNK_ROWS, REDUCTION_BLOCK, GoldenPass
 from kernels.contract import OUTPUT_NAMES, ROW_OUTPUTS, dims, output_shapes
 
 REFERENCE = "reference"      # the gated golden: FP64 from the BF16 inputs, each output rounded once

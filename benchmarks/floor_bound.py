@@ -49,6 +49,7 @@ from cases.spec import make_inputs                      # noqa: E402
 from kernels.contract import OUTPUT_NAMES               # noqa: E402
 from kernels.registry import resolve                    # noqa: E402
 from kernels.runner import run_backend                  # noqa: E402
+from operators.swiglu_backward import math as swiglu  # noqa: E402
 
 OUTPUTS = 7
 
@@ -63,8 +64,8 @@ def reference_terms(inputs, intermediates: bool):
     spacings) of its legitimate roundings: its store and, with ``intermediates``, the stored dy*fc
     (times dg's factor) and silu(g) (times dy) before it."""
     dy, g, fc = (inputs[n].double() for n in ("dy", "g", "fc"))
-    s = torch.sigmoid(g)
-    factor, silu = s * (1 + g * (1 - s)), g * s
+    s = swiglu.sigmoid(g)
+    factor, silu = swiglu.dg_factor(g, s), swiglu.silu(g, s)
     dg, dfc = dy * fc * factor, dy * silu
     spacings = {"g": [bf16_spacing(dg)], "fc": [bf16_spacing(dfc)]}
     if intermediates:

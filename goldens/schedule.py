@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from operators.swiglu_backward.math import SIGMOID_FORMS
+
 # The points where the operator's dtype path can round, in data-flow order.
 ROUNDING_POINTS = (
     "dy_fc",       # dy * fc, when a framework materialises it (autograd's grad of silu(g))
@@ -29,7 +31,6 @@ ROUNDING_POINTS = (
     "dx_product",  # each of dg @ w_g^T and dfc @ w_fc^T before their sum
     "dx",          # dx output store
 )
-SIGMOID_FORMS = ("stable", "exp_ratio")
 
 
 @dataclass(frozen=True)

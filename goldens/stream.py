@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from goldens.rounding import round_to
 from goldens.schedule import FP64_IDEAL, RoundingPlan, TiledSchedule
 from goldens.terms import RowTerms, TermSums
+from operators.swiglu_backward.math import elementwise
 
 # Rows per streaming chunk. At the article's case (M=220000, one backend) the comparison took
 # 192.9 s at 8192 rows, 127.2 s at 4096, 110.7 s at 2048 and 110.0 s at 1024, with peak RSS 4.36,
@@ -40,31 +42,6 @@ DEFAULT_CHUNK_ROWS = 2048
 # layers of the article's schedule share the canonical block partials at no extra cost.
 REDUCTION_BLOCK = 1024
 REDUCTION_OUTPUTS = ("db_g", "db_fc", "dw_g", "dw_fc")
-
-
-def sigmoid(g: torch.Tensor, form: str) -> torch.Tensor:
-    if form == "stable":
-        return torch.sigmoid(g)
-    e = torch.exp(g)  # the article's form: inf / inf = NaN once exp overflows (g > ~88.7 in FP32)
-    return e / (1 + e)
-
-
-def round_to(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """Round to ``dtype`` and back: the value a store would leave, in t's container."""
-    return t if dtype is None or dtype == t.dtype else t.to(dtype).to(t.dtype)
-
-
-def elementwise(dy, g, fc, plan: RoundingPlan):
-    """dg, dfc in the plan's math dtype, in the article's operation order."""
-    dy, g, fc = (t.to(plan.math) for t in (dy, g, fc))
-    s = sigmoid(g, plan.sigmoid)
-    dy_fc = round_to(dy * fc, plan.rounding("dy_fc"))
-    if plan.dg_order == "torch":
-        dg = (dy_fc * s) * (1 + g * (1 - s))
-    else:
-        dg = dy_fc * (s * (1 + g * (1 - s)))
-    dfc = dy * round_to(g * s, plan.rounding("silu_g"))
-    return dg, dfc
 
 
 @dataclass
@@ -210,12 +187,15 @@ class GoldenPass:
             stop = min(start + self.chunk_rows, m)
             rows: dict[str, dict[str, torch.Tensor]] = {}
             row_terms = None
+            cast: dict[torch.dtype, tuple[torch.Tensor, ...]] = {}   # this chunk's inputs per math dtype
             for plan in plans:
                 users = [n for n, s in self.layers.items() if s.plan == plan]
-                dg_m, dfc_m = elementwise(dy[start:stop], g[start:stop], fc[start:stop], plan)
+                if plan.math not in cast:
+                    cast[plan.math] = tuple(t[start:stop].to(plan.math) for t in (dy, g, fc, x))
+                dy_m, g_m, fc_m, x_m = cast[plan.math]
+                dg_m, dfc_m = elementwise(dy_m, g_m, fc_m, plan)
                 dg_s = round_to(dg_m, plan.rounding("dg"))
                 dfc_s = round_to(dfc_m, plan.rounding("dfc"))
-                x_m = x[start:stop].to(plan.math)
                 block = {"dg": dg_s, "dfc": dfc_s}
                 if self.want_rows:
                     w_g, w_fc = weights[id(plan)]

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from accuracy.ulp import bf16_spacing
+from operators.swiglu_backward import math as swiglu
 
 MIN_NORMAL = 2.0 ** -126
 # The value a kernel rounds at the store of dg / dfc is its FP32 value, within one intermediate
@@ -100,9 +101,9 @@ class TermSums:
         and the stored dy*fc or silu(g) before it), FP32 in the units of the scaled terms
         (``self.s_dg ** 2``, ``self.s_dfc ** 2``). ``dg``, ``dfc``: the exact (FP64) values."""
         dy, g, fc = (t.float() for t in (dy, g, fc))
-        s = torch.sigmoid(g)
-        factor = s * (1 + g * (1 - s))          # dg = (dy fc) factor
-        silu = g * s                            # dfc = dy silu
+        s = swiglu.sigmoid(g)
+        factor = swiglu.dg_factor(g, s)         # dg = (dy fc) factor
+        silu = swiglu.silu(g, s)                # dfc = dy silu
         var = []
         for exact, scale, inter, times in ((dg, self.s_dg, dy * fc, factor), (dfc, self.s_dfc, silu, dy)):
             store = bf16_spacing((exact.abs() * (scale * STORE_BINADE_MARGIN)).float(), MIN_NORMAL * scale)

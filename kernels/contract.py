@@ -1,4 +1,7 @@
-"""The backend contract: what a fused SwiGLU backward kernel takes and returns.
+"""The backend contract: what a kernel of the operator under test takes and returns.
+
+The names, shapes and dtype come from the operator's declaration
+(``operators.swiglu_backward``, the default operator); for the SwiGLU backward:
 
 A backend is any callable
 
@@ -14,81 +17,94 @@ with a message that names the backend and the offending tensor.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import torch
 
-INPUT_NAMES = ("x", "w_g", "w_fc", "dy", "g", "fc")
-OUTPUT_NAMES = ("dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx")
-ROW_OUTPUTS = ("dg", "dfc", "dx")  # one row of output per row of input: streamable over M
-DTYPE = torch.bfloat16
+import operators
+
+OPERATOR = operators.get()
+INPUT_NAMES = OPERATOR.input_names
+OUTPUT_NAMES = OPERATOR.output_names
+ROW_OUTPUTS = OPERATOR.row_outputs  # one row of output per row of input: streamable over M
+DTYPE = OPERATOR.dtype
 
 
 class ContractError(ValueError):
     """Inputs or outputs that break the backend contract."""
 
 
-def input_shapes(m: int, k: int, n: int) -> dict[str, tuple[int, int]]:
-    return {"x": (m, k), "w_g": (k, n), "w_fc": (k, n), "dy": (m, n), "g": (m, n), "fc": (m, n)}
+def _sizes(*values: int) -> dict[str, int]:
+    return dict(zip(OPERATOR.dims, values))
 
 
-def output_shapes(m: int, k: int, n: int) -> dict[str, tuple[int, int]]:
-    return {"dg": (m, n), "dfc": (m, n), "db_g": (1, n), "db_fc": (1, n),
-            "dw_g": (k, n), "dw_fc": (k, n), "dx": (m, k)}
+def input_shapes(*sizes: int) -> dict[str, tuple[int, ...]]:
+    """Per input, its shape at these dimension sizes (in the operator's order: M, K, N)."""
+    return OPERATOR.input_shapes(_sizes(*sizes))
 
 
-def dims(inputs: Mapping[str, torch.Tensor]) -> tuple[int, int, int]:
-    """(M, K, N) of validated inputs."""
-    m, k = inputs["x"].shape
-    return m, k, inputs["w_g"].shape[1]
+def output_shapes(*sizes: int) -> dict[str, tuple[int, ...]]:
+    return OPERATOR.output_shapes(_sizes(*sizes))
 
 
-def validate_inputs(inputs: Mapping[str, torch.Tensor], *, allow_nonfinite: bool = False) -> tuple[int, int, int]:
+def dims(inputs: Mapping[str, torch.Tensor]) -> tuple[int, ...]:
+    """The dimension sizes (M, K, N) of validated inputs."""
+    return tuple(OPERATOR.sizes(inputs).values())
+
+
+def validate_inputs(inputs: Mapping[str, torch.Tensor], *, allow_nonfinite: bool = False) -> tuple[int, ...]:
     """Check names, dtype, rank, agreeing shapes, one device, M >= 1 and finiteness.
 
-    Returns (M, K, N). Non-finite inputs are rejected unless asked for: a NaN in
+    Returns the dimension sizes (M, K, N). Non-finite inputs are rejected unless asked for: a NaN in
     an input makes every verdict downstream meaningless.
     """
     missing = [n for n in INPUT_NAMES if n not in inputs]
     extra = [n for n in inputs if n not in INPUT_NAMES]
     if missing or extra:
         raise ContractError(f"inputs: missing {missing}, unexpected {extra}; expected exactly {list(INPUT_NAMES)}")
-    for name in INPUT_NAMES:
-        t = inputs[name]
+    for decl in OPERATOR.inputs:
+        name, t = decl.name, inputs[decl.name]
         if not isinstance(t, torch.Tensor):
             raise ContractError(f"input {name!r} is {type(t).__name__}, expected a torch.Tensor")
         if t.dtype != DTYPE:
             raise ContractError(f"input {name!r} has dtype {t.dtype}, expected {DTYPE}")
-        if t.dim() != 2:
-            raise ContractError(f"input {name!r} has shape {tuple(t.shape)}, expected a 2-D tensor")
-    m, k = inputs["x"].shape
-    n = inputs["w_g"].shape[1]
+        if t.dim() != len(decl.dims):
+            raise ContractError(f"input {name!r} has shape {tuple(t.shape)}, expected a {len(decl.dims)}-D tensor")
+    sizes = OPERATOR.sizes(inputs)
+    m = sizes[OPERATOR.dims[0]]
     if m == 0:
-        raise ContractError("M = 0: the operator has no rows to differentiate; use M >= 1")
-    if k == 0 or n == 0:
-        raise ContractError(f"K = {k}, N = {n}: both must be >= 1")
-    for name, shape in input_shapes(m, k, n).items():
+        raise ContractError(f"{OPERATOR.dims[0]} = 0: the operator has no rows to differentiate; use "
+                            f"{OPERATOR.dims[0]} >= 1")
+    empty = [d for d in OPERATOR.dims[1:] if sizes[d] == 0]
+    if empty:
+        raise ContractError(", ".join(f"{d} = {sizes[d]}" for d in OPERATOR.dims[1:]) + ": all must be >= 1")
+    origin = ", ".join(f"{d}={sizes[d]} from {t}" for d, (t, _) in OPERATOR.sizes_from.items())
+    for name, shape in OPERATOR.input_shapes(sizes).items():
         if tuple(inputs[name].shape) != shape:
-            raise ContractError(
-                f"input {name!r} has shape {tuple(inputs[name].shape)}, expected {shape} "
-                f"(M={m} from x, K={k} from x, N={n} from w_g)")
+            raise ContractError(f"input {name!r} has shape {tuple(inputs[name].shape)}, expected {shape} ({origin})")
     devices = {str(inputs[n_].device) for n_ in INPUT_NAMES}
     if len(devices) != 1:
         raise ContractError(f"inputs live on several devices: {sorted(devices)}")
     if not allow_nonfinite:
         for name in INPUT_NAMES:
-            bad = ~torch.isfinite(inputs[name])
+            # one min/max pass (NaN and +-inf propagate into it): 0.011 s against isfinite's 0.32 s
+            # for 28M BF16 elements on one thread; the element-wise mask only to name the first culprit
+            t = inputs[name]
+            if t.numel() == 0 or all(math.isfinite(float(v)) for v in torch.aminmax(t)):
+                continue
+            bad = ~torch.isfinite(t)
             if bool(bad.any()):
                 idx = tuple(int(i) for i in bad.nonzero()[0])
                 raise ContractError(
                     f"input {name!r} holds {int(bad.sum())} non-finite values (first at index {idx}: "
                     f"{float(inputs[name][idx])}); goldens and verdicts need finite inputs")
-    return m, k, n
+    return tuple(sizes.values())
 
 
 def validate_outputs(backend: str, outputs: object, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Check what a backend returned: a mapping with the seven BF16 outputs of the right shapes
-    on the inputs' device. Returns a plain dict of exactly those seven tensors."""
+    """Check what a backend returned: a mapping with the operator's declared outputs, in its dtype,
+    of the right shapes, on the inputs' device. Returns a plain dict of exactly those tensors."""
     if not isinstance(outputs, Mapping):
         raise ContractError(f"backend {backend!r} returned {type(outputs).__name__}, expected a mapping of "
                             f"{list(OUTPUT_NAMES)}")
@@ -96,10 +112,9 @@ def validate_outputs(backend: str, outputs: object, inputs: Mapping[str, torch.T
     if missing:
         raise ContractError(f"backend {backend!r} did not return {missing} "
                             f"(returned {sorted(repr(k) for k in outputs)})")
-    m, k, n = dims(inputs)
-    device = inputs["x"].device
+    device = inputs[INPUT_NAMES[0]].device
     checked = {}
-    for name, shape in output_shapes(m, k, n).items():
+    for name, shape in OPERATOR.output_shapes(OPERATOR.sizes(inputs)).items():
         t = outputs[name]
         if not isinstance(t, torch.Tensor):
             raise ContractError(f"backend {backend!r} output {name!r} is {type(t).__name__}, expected a torch.Tensor")

@@ -42,7 +42,8 @@ from accuracy.bounds import accumulation_bound, accumulator_roundoff, unit_round
 from accuracy.tolerances import TOLERANCES
 from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import FP64_GLOBAL, TiledSchedule
-from goldens.stream import REDUCTION_OUTPUTS, GoldenPass, round_to
+from goldens.rounding import round_to
+from goldens.stream import REDUCTION_OUTPUTS, GoldenPass
 
 # Drift relative to rms does not depend on K and N for these inputs (every element of db / dw
 # is a sum over M of independent terms; K and N only count the elements): a small shape keeps

@@ -28,7 +28,8 @@ import torch
 from accuracy.bounds import accumulation_bound, unit_roundoff
 from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import TiledSchedule
-from goldens.stream import elementwise, round_to
+from goldens.rounding import round_to
+from operators.swiglu_backward.math import elementwise
 
 DEFAULT_BLOCK = 64
 DEFAULT_MAX_M = 32768

@@ -84,7 +84,7 @@ def test_tiled_accumulates_partials_in_bf16_in_loop_order():
     dg = faithful["dg"]
     x = inp["x"].float()
     acc = torch.zeros(1, dg.shape[1], dtype=torch.bfloat16)
-    from goldens.stream import elementwise
+    from operators.swiglu_backward.math import elementwise
     dg32, _ = elementwise(inp["dy"][:], inp["g"], inp["fc"], BF16_FAITHFUL)
     for start in range(0, m, 1024):
         acc = acc + dg32[start:start + 1024].sum(0, keepdim=True).to(torch.bfloat16)

@@ -1,0 +1,94 @@
+"""An operator under test, declared as data: its dimensions, inputs and outputs with their kinds.
+
+The framework reads names, shapes and kinds from here and nowhere else: the backend contract
+(``kernels.contract``) checks a backend's inputs and outputs against the declaration, and an
+output's kind says how the golden pass produces it and which allowance the gate gives it:
+
+* ``rows``:        one output row per input row (streamable over M);
+* ``sum_over_m``:  a sum over the M rows of a row quantity (a bias gradient, [1, N]);
+* ``contraction``: a sum over the M rows of an outer product (a weight gradient, [K, N]).
+
+A reduction names the kernel whose tile cuts it (the article's b kernel for db, w for dw): a
+schedule declares one tile per kernel.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+OUTPUT_KINDS = ("rows", "sum_over_m", "contraction")
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """A named tensor whose shape is a tuple of the operator's dimension names (or the literal 1)."""
+    name: str
+    dims: tuple
+
+    def shape(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else sizes[d] for d in self.dims)
+
+
+@dataclass(frozen=True)
+class OutputDecl(TensorDecl):
+    kind: str = "rows"
+    kernel: str | None = None     # the kernel whose tile over M cuts a reduction
+
+    def __post_init__(self):
+        if self.kind not in OUTPUT_KINDS:
+            raise ValueError(f"output {self.name!r}: kind must be one of {OUTPUT_KINDS}, got {self.kind!r}")
+        if (self.kind == "rows") != (self.kernel is None):
+            raise ValueError(f"output {self.name!r}: a reduction names its kernel, a row output does not")
+
+
+@dataclass(frozen=True)
+class Operator:
+    """Dimensions (the first is M, the streamed row dimension), inputs, outputs, all in ``dtype``.
+    ``sizes_from``: for each dimension, the (input, axis) it is read from."""
+    name: str
+    dims: tuple[str, ...]
+    inputs: tuple[TensorDecl, ...]
+    outputs: tuple[OutputDecl, ...]
+    sizes_from: Mapping[str, tuple[str, int]]
+    dtype: torch.dtype = torch.bfloat16
+
+    def __post_init__(self):
+        names = [t.name for t in (*self.inputs, *self.outputs)]
+        if len(set(names)) != len(names):
+            raise ValueError(f"operator {self.name!r}: tensor names repeat: {names}")
+        if set(self.sizes_from) != set(self.dims):
+            raise ValueError(f"operator {self.name!r}: sizes_from must name every dimension {self.dims}")
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.outputs)
+
+    def outputs_of_kind(self, *kinds: str) -> tuple[str, ...]:
+        return tuple(o.name for o in self.outputs if o.kind in kinds)
+
+    @property
+    def row_outputs(self) -> tuple[str, ...]:
+        return self.outputs_of_kind("rows")
+
+    @property
+    def reduction_outputs(self) -> tuple[str, ...]:
+        return self.outputs_of_kind("sum_over_m", "contraction")
+
+    def output(self, name: str) -> OutputDecl:
+        return next(o for o in self.outputs if o.name == name)
+
+    def sizes(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, int]:
+        """The dimension sizes of inputs whose names and ranks are already checked."""
+        return {d: int(inputs[t].shape[axis]) for d, (t, axis) in self.sizes_from.items()}
+
+    def input_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        return {t.name: t.shape(sizes) for t in self.inputs}
+
+    def output_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        return {t.name: t.shape(sizes) for t in self.outputs}

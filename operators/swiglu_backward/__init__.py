@@ -1,0 +1,20 @@
+"""The fused SwiGLU backward of the seed article (three kernels: b, w, x).
+
+Inputs x [M,K], w_g, w_fc [K,N], dy, g, fc [M,N]; outputs dg, dfc [M,N] (rows), db_g, db_fc
+[1,N] (sums over M, the b kernel's tile), dw_g, dw_fc [K,N] (contractions over M, the w
+kernel's tile), dx [M,K] (rows). Its math is in ``operators.swiglu_backward.math``."""
+from __future__ import annotations
+
+from operators.declaration import Operator, OutputDecl, TensorDecl
+
+OPERATOR = Operator(
+    name="swiglu_backward",
+    dims=("M", "K", "N"),
+    inputs=(TensorDecl("x", ("M", "K")), TensorDecl("w_g", ("K", "N")), TensorDecl("w_fc", ("K", "N")),
+            TensorDecl("dy", ("M", "N")), TensorDecl("g", ("M", "N")), TensorDecl("fc", ("M", "N"))),
+    outputs=(OutputDecl("dg", ("M", "N")), OutputDecl("dfc", ("M", "N")),
+             OutputDecl("db_g", (1, "N"), "sum_over_m", "b"), OutputDecl("db_fc", (1, "N"), "sum_over_m", "b"),
+             OutputDecl("dw_g", ("K", "N"), "contraction", "w"), OutputDecl("dw_fc", ("K", "N"), "contraction", "w"),
+             OutputDecl("dx", ("M", "K"))),
+    sizes_from={"M": ("x", 0), "K": ("x", 1), "N": ("w_g", 1)},
+)
