@@ -127,12 +127,13 @@ def test_benchmark_gate_equals_the_matrix_gate(spec):
 
 
 def test_seed_sweep_in_miniature():
-    """The false-alarm study over two seeds other than the kill matrix's seed 0 (the full sweep,
-    200 seeds, is benchmarks/false_alarms.py): every wrong kernel is caught at each seed, and the
-    correct kernels' only failures are known, explained ones, so the seed gate passes them."""
+    """The false-alarm study at one seed other than the kill matrix's seed 0 (the full sweep, 200
+    seeds, is benchmarks/false_alarms.py; each seed here costs ~125 s of CI's CPU): every wrong
+    kernel is caught, and the correct kernels' only failures are known, explained ones, so the
+    seed gate passes them."""
     fa = _false_alarms()
-    res = fa.study(2, first_seed=1)
-    assert res["seeds"] == 2
+    res = fa.study(1, first_seed=1)
+    assert res["seeds"] == 1
     for name, by_seed in res["catches"].items():
         assert all(by_seed.values()), f"{name} missed at seeds {[s for s, c in by_seed.items() if not c]}"
     unexplained = [r for r in res["records"] if r["status"] in ("fail", "error", "unexpected_pass")]
