@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
+import operators
 from goldens.terms import MIN_NORMAL, RowTerms, TermSums
 
 U_BF16 = 2.0 ** -8
@@ -137,7 +138,7 @@ def reduction(terms: TermSums, output: str, length: int) -> Allowance:
     order_sigma = U_FP32 * math.sqrt(length / 3) * partial
     order = sigmas * order_sigma
     ref_allow, own_allow = _terms(var, worst, 2, sigmas) + order, _terms(var, worst, 1, sigmas) + order
-    if output.startswith("db"):    # each db element has its own column of dg: independent
+    if operators.get().output(output).kind == "sum_over_m":    # each db element has its own column of dg: independent
         return Allowance(ref_allow, own_allow, var + order_sigma ** 2)
     return Allowance(ref_allow, own_allow, order_sigma ** 2,
                      shared_var=terms.shared[output].reshape(-1), shared_axis=1, direction=False)

@@ -34,7 +34,7 @@ from accuracy.tolerances import TOLERANCES, Tolerance
 from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
 from goldens.rounding import round_to
 from goldens.stream import DEFAULT_CHUNK_ROWS, REDUCTION_BLOCK, GoldenPass
-from kernels.contract import OUTPUT_NAMES, ROW_OUTPUTS, dims, output_shapes
+from kernels.contract import OPERATOR, OUTPUT_NAMES, ROW_OUTPUTS, dims, output_shapes
 
 REFERENCE = "reference"      # the gated golden: FP64 from the BF16 inputs, each output rounded once
 OWN = "own"                  # db, dw, dx recomputed from the kernel's own stored dg, dfc
@@ -94,7 +94,7 @@ def reference_rows(inputs: Mapping[str, torch.Tensor], tolerances: Mapping[str, 
 
 
 def _tiles_and_accumulator(output: str, sched: TiledSchedule, m: int) -> tuple[int, int, float]:
-    kernel = "b" if output.startswith("db") else "w"
+    kernel = OPERATOR.output(output).kernel
     acc = sched.db_accumulator if kernel == "b" else sched.dw_accumulator
     return sched.n_tiles(m, kernel), sched.tile_m(kernel) or m, unit_roundoff(acc)
 
@@ -105,7 +105,7 @@ def _bound(name: str, exact: torch.Tensor, abs_terms: torch.Tensor | None, sched
         return elementwise_bound(exact, sched, name)
     if name == "dx":
         return dx_bound(abs_terms, exact, length=n, sched=sched)   # reduction over N, twice, then a sum
-    if name.startswith("db"):
+    if OPERATOR.output(name).kind == "sum_over_m":
         return reduction_bound(abs_terms, exact, length=m, sched=sched, kernel="b",
                                inputs_stored=None, output="db")   # reduction over M rows
     stored = "dg" if name == "dw_g" else "dfc"

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from accuracy.tolerances import TOLERANCES, Tolerance
-from kernels.contract import OUTPUT_NAMES
+from kernels.contract import OPERATOR, OUTPUT_NAMES
 
 
 class AccuracyError(AssertionError):
@@ -72,8 +72,9 @@ def _aggregate_lines(agg: Mapping, scale_ok: bool, direction_ok: bool) -> list[s
 
 
 def _own_lines(own: Mapping, output: str) -> list[str]:
-    source = "sum of its own dg/dfc over M" if output.startswith("db") else (
-        "x^T times its own stored dg/dfc" if output.startswith("dw") else "its own dg w_g^T + dfc w_fc^T")
+    kind = OPERATOR.output(output).kind
+    source = {"sum_over_m": "sum of its own dg/dfc over M", "contraction": "x^T times its own stored dg/dfc"}.get(
+        kind, "its own dg w_g^T + dfc w_fc^T")
     w = own["worst"][0] if own["worst"] else None
     where = (f"; worst at {_idx(w['index'])}: kernel {w['actual']:.6g}, recomputed {w['expected']:.6g}"
              if w else "")

@@ -30,6 +30,7 @@ import torch
 from goldens.rounding import round_to
 from goldens.schedule import FP64_IDEAL, RoundingPlan, TiledSchedule
 from goldens.terms import RowTerms, TermSums
+import operators
 from operators.swiglu_backward.math import elementwise
 
 # Rows per streaming chunk. At the article's case (M=220000, one backend) the comparison took
@@ -41,7 +42,7 @@ DEFAULT_CHUNK_ROWS = 2048
 # 1024 rows: the b and x kernels' tile and a divisor of the w kernel's (2048), so the tiled
 # layers of the article's schedule share the canonical block partials at no extra cost.
 REDUCTION_BLOCK = 1024
-REDUCTION_OUTPUTS = ("db_g", "db_fc", "dw_g", "dw_fc")
+REDUCTION_OUTPUTS = operators.get().reduction_outputs   # db_g, db_fc, dw_g, dw_fc
 
 
 @dataclass
