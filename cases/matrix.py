@@ -44,4 +44,34 @@ def full_cases(seeds: int = 1) -> list[CaseSpec]:
             for scale in SCALES for seed in range(seeds)]
 
 
-PROFILES = {"quick": quick_cases, "full": full_cases}
+PROFILES = {"quick": quick_cases, "full": full_cases, "none": lambda seeds=1: []}
+
+
+class CaseSyntaxError(ValueError):
+    """A --case value that is not M,K,N,SCALE[,SEED] with sizes >= 1 and a known scale profile."""
+
+
+def parse_case(text: str) -> CaseSpec:
+    """``M,K,N,SCALE[,SEED]`` (e.g. ``8192,4096,11008,unit``: a production shape) as a case."""
+    parts = [p.strip() for p in text.split(",")]
+    usage = (f"--case {text!r}: expected M,K,N,SCALE[,SEED] with M, K, N >= 1 and SCALE one of "
+             f"{', '.join(SCALES)}, e.g. --case 8192,4096,11008,unit")
+    if len(parts) not in (4, 5):
+        raise CaseSyntaxError(usage)
+    try:
+        m, k, n = (int(p) for p in parts[:3])
+        seed = int(parts[4]) if len(parts) == 5 else 0
+    except ValueError:
+        raise CaseSyntaxError(usage) from None
+    if min(m, k, n) < 1 or seed < 0 or parts[3] not in SCALES:
+        raise CaseSyntaxError(usage)
+    return CaseSpec(m, k, n, parts[3], seed)
+
+
+def planned_cases(profile: str, seeds: int = 1, extra: tuple[str, ...] = ()) -> list[CaseSpec]:
+    """The profile's cases, then each ``--case`` over ``seeds`` seeds from its own; once each."""
+    cases = PROFILES[profile](seeds)
+    for text in extra:
+        spec = parse_case(text)
+        cases += [CaseSpec(spec.m, spec.k, spec.n, spec.scale, spec.seed + s) for s in range(seeds)]
+    return list(dict.fromkeys(cases))

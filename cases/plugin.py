@@ -1,7 +1,7 @@
 """pytest plugin of the case matrix: options, parametrisation, per-worker case cache, merge.
 
-Options: --backend NAME|package.module:callable (repeatable), --profile quick|full,
---seeds N, --results-dir DIR, --device cpu|cuda, --chunk-rows N.
+Options: --backend NAME|package.module:callable (repeatable), --profile quick|full|none,
+--case M,K,N,SCALE[,SEED] (repeatable), --seeds N, --results-dir DIR, --device cpu|cuda, --chunk-rows N.
 Every cell of a case is pinned to one xdist worker (``xdist_group``) so the case's
 goldens are computed once, in one pass shared by its backends.
 """
@@ -24,8 +24,12 @@ def pytest_addoption(parser):
                     help="backend to validate: a registered name (torch-eager, torch-compile, pypto, "
                          "pypto-hardened, triton, triton-atomic, tiled-emulation) or package.module:callable; "
                          f"repeatable (default: {', '.join(DEFAULT_BACKENDS)})")
-    group.addoption("--profile", choices=("quick", "full"), default="quick",
-                    help="quick: every M edge and scale at least once (CI); full: the cross product")
+    group.addoption("--profile", choices=("quick", "full", "none"), default="quick",
+                    help="quick: every M edge and scale at least once (CI); full: the cross product; "
+                         "none: only the --case cases")
+    group.addoption("--case", action="append", default=[], metavar="M,K,N,SCALE[,SEED]",
+                    help="add a case (repeatable), e.g. a production shape: --case 8192,4096,11008,unit; "
+                         "gated and reported like the matrix's own")
     group.addoption("--seeds", type=int, default=1, metavar="N", help="run each case over N seeds")
     group.addoption("--results-dir", default="results", metavar="DIR",
                     help="results directory: each run writes runs/<run>/ (shards, results.json) and points "
@@ -158,13 +162,23 @@ def selected_backends(config):
         raise pytest.UsageError(str(exc)) from exc
 
 
+def planned_cases(config) -> list:
+    """The run's cases: the profile's and every --case (a malformed one stops the run, naming it)."""
+    from cases.matrix import CaseSyntaxError, planned_cases as plan
+    try:
+        return plan(config.getoption("--profile"), config.getoption("--seeds"),
+                    tuple(config.getoption("--case", default=None) or ()))
+    except CaseSyntaxError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
 def pytest_generate_tests(metafunc):
     if "cell" not in metafunc.fixturenames:
         return
-    from cases.matrix import LARGE_M, M_EDGES, PROFILES, SEED_CASE
+    from cases.matrix import LARGE_M, M_EDGES, SEED_CASE
     config = metafunc.config
     backends = selected_backends(config)
-    cases = PROFILES[config.getoption("--profile")](config.getoption("--seeds"))
+    cases = planned_cases(config)
     params = []
     for spec in cases:
         marks = [pytest.mark.xdist_group(spec.id), pytest.mark.matrix]
@@ -261,6 +275,7 @@ def run_manifest(config) -> dict:
 def run_selection(config) -> dict:
     """What decides the run's plan: a merge of shards checks that every shard agrees on it."""
     return {"profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
+            "cases": list(config.getoption("--case", default=None) or ()),
             "backends": backend_names(config), "benchmark": benchmark_name(config),
             "gate": config.getoption("--gate"), "markexpr": config.getoption("markexpr", default="") or "",
             "keyword": config.getoption("keyword", default="") or "",
@@ -316,9 +331,8 @@ PLANNED = pytest.StashKey[list]()
 
 def _param_cells(config) -> dict[str, tuple[str, str]]:
     """Test parameter id -> (case id, backend name), for every cell the options can produce."""
-    from cases.matrix import PROFILES
     names = backend_names(config)
-    cases = PROFILES[config.getoption("--profile")](config.getoption("--seeds"))
+    cases = planned_cases(config)
     return {f"{spec.id}-{b}": (spec.id, b) for spec in cases for b in names}
 
 

@@ -80,11 +80,16 @@ def _release(spec, backend):
 def rerun_command(config, spec, backend: str) -> str:
     """One command that reruns this cell alone (its inputs regenerate from the case id)."""
     import shlex
+    from cases.matrix import PROFILES
     args = ["pytest", "cases/", "-p", "no:xdist", "--backend", backend, "-k", f"{spec.id}-{backend}"]
-    if config.getoption("--profile") != "quick":
-        args += ["--profile", config.getoption("--profile")]
-    if spec.seed > 0:
-        args += ["--seeds", str(spec.seed + 1)]
+    profile = config.getoption("--profile")
+    if spec not in PROFILES[profile](config.getoption("--seeds")):     # a --case: itself, alone
+        args += ["--profile", "none", "--case", f"{spec.m},{spec.k},{spec.n},{spec.scale},{spec.seed}"]
+    else:
+        if profile != "quick":
+            args += ["--profile", profile]
+        if spec.seed > 0:
+            args += ["--seeds", str(spec.seed + 1)]
     if case_device(config) != "cpu":
         args += ["--device", case_device(config)]      # the worker's own device, gw<i> -> cuda:<i mod n>
     if config.getoption("--repeats") > 1:

@@ -154,6 +154,9 @@ def test_without_isolation_a_killed_worker_leaves_its_cells_listed_as_missing(tm
     (["--results-dir", "README.md"], "not a writable directory"),
     (["--results-dir", "results-x", "--baseline", "results-x"], "compared with itself"),
     (["--backend", "no_such_module:fn"], "cannot import module 'no_such_module'"),
+    (["--case", "8192,4096,unit"], "--case '8192,4096,unit': expected M,K,N,SCALE[,SEED]"),
+    (["--case", "0,96,200,unit"], "--case '0,96,200,unit': expected M,K,N,SCALE[,SEED] with M, K, N >= 1"),
+    (["--case", "3,5,7,gaussian"], "SCALE one of seed, unit, saturating"),
 ])
 def test_bad_options_stop_before_any_case(args, message):
     if "cuda" in args:
@@ -178,3 +181,26 @@ def test_each_case_is_evaluated_once_per_run_whatever_the_scheduling(tmp_path):
     assert sorted(goldens) == sorted(set(goldens)) and len(goldens) == 4, goldens
     cells = {(r["case"], r["backend"]) for r in R.load_records(results) if not r["backend"].startswith("golden")}
     assert len(cells) == 8
+
+
+def test_a_case_from_the_command_line_is_gated_and_recorded_like_the_matrix(tmp_path):
+    """--profile none --case M,K,N,SCALE: only that case runs, each backend gets its verdict (a
+    correct kernel passes, an all-zero one fails every output) and the run's records and
+    manifest name it; the rerun command of its failure reproduces it alone."""
+    (tmp_path / "zero_kernel.py").write_text("from kernels.mutants import MUTANTS\nzeros = MUTANTS['all_zero']\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = _pytest("cases/", "-p", "no:xdist", "--profile", "none", "--case", "3,5,7,unit,2",
+                   "--backend", "torch-eager", "--backend", "zero_kernel:zeros", "--benchmark", "none",
+                   "--results-dir", str(tmp_path / "results"), env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-3000:]
+    assert "--profile none --case 3,5,7,unit,2" in proc.stdout
+    data = R.load_results(tmp_path / "results")
+    by_backend = {}
+    for r in data["records"]:
+        if r.get("gated"):
+            by_backend.setdefault(r["backend"], []).append((r["case"], r["status"]))
+    assert {c for recs in by_backend.values() for c, _ in recs} == {"M3-K5-N7-unit-s2"}
+    assert {s for _, s in by_backend["torch-eager"]} == {"pass"}
+    assert {s for _, s in by_backend["zero_kernel:zeros"]} == {"fail"}
+    assert data["manifest"]["selection"]["cases"] == ["3,5,7,unit,2"]
