@@ -47,16 +47,43 @@ def to_json(obj):
     return obj
 
 
-def write_atomic(path: Path, payload) -> None:
+def from_json_number(value) -> float | None:
+    """The inverse of ``to_json`` for a number: a float, with "inf", "-inf", "nan" as theirs;
+    None for a missing value, a bool or anything that is not a number."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """``text`` to ``path`` through a temporary file in the same folder and a rename: a reader sees
+    the old file or the whole new one, never a part; a failed write leaves no temporary behind.
+    Mode 0666 less the umask, as ``open`` would give (``mkstemp`` makes 0600)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX, suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX, suffix=path.suffix)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(to_json(payload), f, allow_nan=False)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_atomic(path: Path, payload) -> None:
+    """``payload`` as strict JSON (``to_json``), atomically (``write_text_atomic``)."""
+    write_text_atomic(path, json.dumps(to_json(payload), allow_nan=False))
 
 
 def _safe(name: str) -> str:

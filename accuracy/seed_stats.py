@@ -28,6 +28,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from statistics import NormalDist
 
+from accuracy.results import from_json_number
+
 FAILED = ("fail", "expected_failure", "error")     # an expected failure is still a failure of the gate
 PASSED = ("pass", "unexpected_pass")
 _SEED = re.compile(r"-s\d+$")
@@ -71,17 +73,6 @@ def quantile(values: Sequence[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def _number(v) -> float | None:
-    """A metric value as float: JSON's "inf"/"nan" strings become floats, anything else None."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
-        return float(v)
-    return None
-
-
 def verdict_rows(records: Iterable[Mapping]) -> tuple[list[dict], int]:
     """(rows, skipped): one row {backend, case, output, seed, failed, ulp_p99} per gated record.
 
@@ -114,7 +105,7 @@ def verdict_rows(records: Iterable[Mapping]) -> tuple[list[dict], int]:
             metrics = r.get("metrics") if isinstance(r.get("metrics"), Mapping) else {}
             rows.append({"backend": str(r.get("backend", "?")), "case": strip_seed(case),
                          "output": str(r.get("output", "*")), "seed": seed, "failed": bool(failed),
-                         "ulp_p99": _number(r.get("ulp_p99", metrics.get("ulp_p99")))})
+                         "ulp_p99": from_json_number(r.get("ulp_p99", metrics.get("ulp_p99")))})
         except Exception:   # never raise on data
             skipped += 1
     return rows, skipped

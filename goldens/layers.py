@@ -15,8 +15,6 @@ import torch
 from goldens.schedule import FAITHFUL_GLOBAL, FP64_GLOBAL, RoundingPlan, TiledSchedule, faithful_schedule
 from goldens.stream import materialize
 
-LAYERS = ("fp64", "faithful", "tiled")
-
 
 def fp64_ideal(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Float64 throughout from the BF16 inputs, global sums, no intermediate rounding."""

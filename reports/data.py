@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from accuracy.results import from_json_number
 from cases.case_id import CASE_ID
 
 OUTPUTS = ("dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx")
@@ -43,18 +44,7 @@ NOISE_MAX_ABS_FACTOR = 2.0   # max abs error more than doubled (or became non-ze
 
 # --------------------------------------------------------------------------- basics
 
-def num(value) -> float | None:
-    """A record's number as a float: None for missing or unparsable, inf/nan for their strings."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)      # accepts "inf", "-inf", "nan"
-        except ValueError:
-            return None
-    return None
+num = from_json_number   # a record's number as a float: None for missing or unparsable
 
 
 def finite(value) -> float | None:

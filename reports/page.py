@@ -20,6 +20,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from accuracy.dual import RATIO_LIMITS
+from accuracy.results import write_text_atomic
 from reports import data as D
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -87,20 +88,6 @@ def environment() -> Environment:
 
 # --------------------------------------------------------------------------- helpers
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)     # mkstemp makes 0600; a report is for reading
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _edges() -> dict:
     try:
         from accuracy.metrics import histogram_edges
@@ -139,7 +126,7 @@ def _tile_drift(idx: D.Index, out: Path, *, max_m: int, case, block: int, timing
     td = tiledrift.replay(spec, ARTICLE, block=block)
     timings["tile drift replay"] = time.perf_counter() - t0
     cache.parent.mkdir(parents=True, exist_ok=True)
-    _write_text_atomic(cache, json.dumps(td.to_json()))
+    write_text_atomic(cache, json.dumps(td.to_json()))
     return td, why
 
 
@@ -334,5 +321,5 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     timings["total CPU"] = time.process_time() - cpu_start
     html = html.replace("@@RENDER_SECONDS@@", f"{timings['total']:.1f}")
     path = out / "index.html"
-    _write_text_atomic(path, html)
+    write_text_atomic(path, html)
     return path
