@@ -23,6 +23,7 @@ Nothing here raises on bad numbers; it returns data for the gate and the report.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from collections.abc import Mapping
 
 import torch
@@ -39,6 +40,16 @@ from kernels.contract import OPERATOR, OUTPUT_NAMES, ROW_OUTPUTS, dims, output_s
 REFERENCE = "reference"      # the gated golden: FP64 from the BF16 inputs, each output rounded once
 OWN = "own"                  # db, dw, dx recomputed from the kernel's own stored dg, dfc
 OWN_OUTPUTS = ("db_g", "db_fc", "dw_g", "dw_fc", "dx")
+
+
+@dataclass(frozen=True)
+class GoldenPair:
+    """Two golden layers compared with each other: ``layer`` measured against ``reference``."""
+    layer: str
+    reference: str
+
+    def __str__(self) -> str:
+        return f"{self.layer} vs {self.reference}"
 
 
 def golden_layers(sched: TiledSchedule, diagnose: bool = True) -> dict[str, str]:
@@ -150,17 +161,17 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     against the same reference with the same allowance (``accuracy.allowance``), and its db, dw
     and dx against its own dg, dfc; the verdict reads nothing else, so ``diagnose=False`` (no
     faithful or tiled layers, a third of the work) gives the same verdicts. Returns ``{"backends": {backend: {output: {golden: metrics}}},
-    "goldens": {pair: {output: metrics}}, "ideal": {output: metrics of the reference vs FP64},
+    "goldens": {GoldenPair: {output: metrics}}, "ideal": {output: metrics of the reference vs FP64},
     "attribution": {backend: {output: {...}}}}``."""
     m, k, n = dims(inputs)
     shapes = output_shapes(m, k, n)
     layers = {"fp64": FP64_GLOBAL}
-    pairs = []   # (layer, reference layer): the goldens compared with each other
+    pairs: list[GoldenPair] = []   # the goldens compared with each other
     for sched in (schedules.values() if diagnose else ()):
         names = golden_layers(sched)
         layers.setdefault(names["faithful"], faithful_schedule(sched.plan))
         layers.setdefault(names["tiled"], sched)
-        for pair in ((names["faithful"], "fp64"), (names["tiled"], names["faithful"])):
+        for pair in (GoldenPair(names["faithful"], "fp64"), GoldenPair(names["tiled"], names["faithful"])):
             if pair not in pairs:
                 pairs.append(pair)
     golden_pass = GoldenPass(inputs, layers, chunk_rows=chunk_rows, terms=True)
@@ -177,7 +188,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     # are the floor of the dual verdict's ratios.
     rms, ideal = reference_rows(inputs, tolerances, chunk_rows)
     per_backend: dict = {b: {} for b in outputs}
-    between: dict = {f"{a} vs {b}": {} for a, b in pairs}
+    between: dict[GoldenPair, dict] = {pair: {} for pair in pairs}
 
     def add_output(o: str) -> None:
         """The comparisons of output ``o``, once its reference rms is known."""
@@ -225,11 +236,12 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                               allowance=noise if g != "fp64" else None)
                     if g == "faithful":
                         shared_rows.add((b, o))
-            for a, b in pairs:
-                if block.rows[a] is block.rows[b]:
+            for pair in pairs:
+                a, b = block.rows[pair.layer], block.rows[pair.reference]
+                if a is b:
                     continue   # identical rows: nothing to compare, the stats record zero error
-                between[f"{a} vs {b}"][o].update(block.rows[a][o], block.rows[b][o], row_offset=block.start,
-                                                 rounded_terms=block.rows[b].get("dx_rounded_terms") if o == "dx" else None)
+                between[pair][o].update(a[o], b[o], row_offset=block.start,
+                                        rounded_terms=b.get("dx_rounded_terms") if o == "dx" else None)
 
     red = golden_pass.reductions
     for o in OUTPUT_NAMES:
@@ -256,8 +268,8 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                     noise = model.vs_own
                 per_backend[b][o][g].update(kernel_out[o], red[names[g]][o], bound if g == "fp64" else None,
                                             allowance=noise if g != "fp64" else None)
-        for a, b in pairs:
-            between[f"{a} vs {b}"][o].update(red[a][o], red[b][o])
+        for pair in pairs:
+            between[pair][o].update(red[pair.layer][o], red[pair.reference][o])
 
     backends = {b: {o: {g: st.finalize() for g, st in stats[o].items()} for o in OUTPUT_NAMES}
                 for b, stats in per_backend.items()}
@@ -273,8 +285,8 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
 def attribution(backend_metrics: Mapping, golden_metrics: Mapping, layers: Mapping[str, str]) -> dict:
     """Per output: the max abs difference due to storage, tile order and the kernel, and which dominates."""
     result = {}
-    storage_pair = f"{layers['faithful']} vs fp64"
-    order_pair = f"{layers['tiled']} vs {layers['faithful']}"
+    storage_pair = GoldenPair(layers["faithful"], "fp64")
+    order_pair = GoldenPair(layers["tiled"], layers["faithful"])
     for o in OUTPUT_NAMES:
         parts = {
             "storage": golden_metrics[storage_pair][o]["max_abs_err"],

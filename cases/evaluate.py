@@ -239,7 +239,7 @@ def golden_records(outcome: CaseOutcome) -> list[dict]:
     if not outcome.comparison:
         return []
     spec = outcome.spec
-    return [{"case": spec.id, "case_spec": spec.asdict(), "backend": f"golden:{pair.split(' vs ')[0]}",
-             "output": output, "golden": pair.split(" vs ")[1], "status": "info", "metrics": m,
+    return [{"case": spec.id, "case_spec": spec.asdict(), "backend": f"golden:{pair.layer}",
+             "output": output, "golden": pair.reference, "status": "info", "metrics": m,
              "seconds": outcome.golden_seconds}
             for pair, per_output in outcome.comparison["goldens"].items() for output, m in per_output.items()]
