@@ -11,7 +11,7 @@ Accuracy sizes only (benchmark sizes live in benchmarks/). Why each M:
 """
 from __future__ import annotations
 
-from cases.spec import SCALES, CaseSpec
+from cases.spec import SCALES, CaseSpec, inputs_case
 
 M_EDGES = (1, 2, 1023, 1024, 1025, 2047, 2048, 2049, 3000, 4097, 220000)
 KN_PAIRS = ((512, 1024), (96, 200))
@@ -68,10 +68,13 @@ def parse_case(text: str) -> CaseSpec:
     return CaseSpec(m, k, n, parts[3], seed)
 
 
-def planned_cases(profile: str, seeds: int = 1, extra: tuple[str, ...] = ()) -> list[CaseSpec]:
-    """The profile's cases, then each ``--case`` over ``seeds`` seeds from its own; once each."""
+def planned_cases(profile: str, seeds: int = 1, extra: tuple[str, ...] = (),
+                  inputs_files: tuple[str, ...] = ()) -> list[CaseSpec]:
+    """The profile's cases, then each ``--case`` over ``seeds`` seeds from its own, then each
+    ``--inputs`` file (``cases.spec.inputs_case``; a file has no seed); once each."""
     cases = PROFILES[profile](seeds)
     for text in extra:
         spec = parse_case(text)
         cases += [CaseSpec(spec.m, spec.k, spec.n, spec.scale, spec.seed + s) for s in range(seeds)]
+    cases += [inputs_case(path) for path in inputs_files]
     return list(dict.fromkeys(cases))

@@ -1,7 +1,7 @@
 """pytest plugin of the case matrix: options, parametrisation, per-worker case cache, merge.
 
 Options: --backend NAME|package.module:callable (repeatable), --profile quick|full|none,
---case M,K,N,SCALE[,SEED] (repeatable), --seeds N, --results-dir DIR, --device cpu|cuda, --chunk-rows N.
+--case M,K,N,SCALE[,SEED] and --inputs FILE.safetensors (repeatable), --seeds N, --results-dir DIR, --device cpu|cuda, --chunk-rows N.
 Every cell of a case is pinned to one xdist worker (``xdist_group``) so the case's
 goldens are computed once, in one pass shared by its backends.
 """
@@ -30,6 +30,9 @@ def pytest_addoption(parser):
     group.addoption("--case", action="append", default=[], metavar="M,K,N,SCALE[,SEED]",
                     help="add a case (repeatable), e.g. a production shape: --case 8192,4096,11008,unit; "
                          "gated and reported like the matrix's own")
+    group.addoption("--inputs", action="append", default=[], metavar="FILE.safetensors",
+                    help="add a case whose inputs are this file's tensors (the operator's input names, BF16; "
+                         "e.g. activations captured in a model); repeatable")
     group.addoption("--seeds", type=int, default=1, metavar="N", help="run each case over N seeds")
     group.addoption("--results-dir", default="results", metavar="DIR",
                     help="results directory: each run writes runs/<run>/ (shards, results.json) and points "
@@ -162,13 +165,25 @@ def selected_backends(config):
         raise pytest.UsageError(str(exc)) from exc
 
 
+PLANNED_CASES = pytest.StashKey[list]()
+
+
 def planned_cases(config) -> list:
-    """The run's cases: the profile's and every --case (a malformed one stops the run, naming it)."""
+    """The run's cases: the profile's, every --case and every --inputs file (a malformed one stops
+    the run, naming it); planned once per process (a file is read and hashed once)."""
+    if PLANNED_CASES not in config.stash:
+        config.stash[PLANNED_CASES] = _plan_cases(config)
+    return config.stash[PLANNED_CASES]
+
+
+def _plan_cases(config) -> list:
     from cases.matrix import CaseSyntaxError, planned_cases as plan
+    from cases.spec import InputsFileError
     try:
         return plan(config.getoption("--profile"), config.getoption("--seeds"),
-                    tuple(config.getoption("--case", default=None) or ()))
-    except CaseSyntaxError as exc:
+                    tuple(config.getoption("--case", default=None) or ()),
+                    tuple(config.getoption("--inputs", default=None) or ()))
+    except (CaseSyntaxError, InputsFileError) as exc:
         raise pytest.UsageError(str(exc)) from exc
 
 
@@ -276,6 +291,7 @@ def run_selection(config) -> dict:
     """What decides the run's plan: a merge of shards checks that every shard agrees on it."""
     return {"profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
             "cases": list(config.getoption("--case", default=None) or ()),
+            "inputs": [c.id for c in planned_cases(config) if c.inputs_file is not None],
             "backends": backend_names(config), "benchmark": benchmark_name(config),
             "gate": config.getoption("--gate"), "markexpr": config.getoption("markexpr", default="") or "",
             "keyword": config.getoption("keyword", default="") or "",

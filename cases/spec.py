@@ -1,18 +1,22 @@
-"""A case of the matrix as data, and its inputs from its own seeded generator.
+"""A case of the matrix as data, and its inputs from its own seeded generator or a user's file.
 
 Inputs are drawn on the CPU from ``torch.Generator().manual_seed(...)`` in float32,
 scaled per profile and rounded to BF16, then moved: every machine and device
-sees bit-identical inputs for the same case.
+sees bit-identical inputs for the same case. A case can instead read its inputs from a
+safetensors file (``inputs_case``: activations captured in a model, no pickle); its id names
+the file's SHA-256, so the same bits give the same case anywhere and a changed file is refused.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import zlib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
-from kernels.contract import INPUT_NAMES, validate_inputs
+from kernels.contract import INPUT_NAMES, ContractError, validate_inputs
 
 
 @dataclass(frozen=True)
@@ -22,13 +26,55 @@ class CaseSpec:
     n: int
     scale: str
     seed: int
+    inputs_file: str | None = None     # a safetensors file of the inputs; then scale is "file_<sha256[:12]>"
 
     @property
     def id(self) -> str:       # parsed back by cases.case_id.CASE_ID
         return f"M{self.m}-K{self.k}-N{self.n}-{self.scale}-s{self.seed}"
 
     def asdict(self) -> dict:
-        return {**asdict(self), "id": self.id}
+        d = {**asdict(self), "id": self.id}
+        if self.inputs_file is None:
+            del d["inputs_file"]
+        return d
+
+
+FILE_SCALE_PREFIX = "file_"
+
+
+class InputsFileError(ValueError):
+    """A --inputs file that cannot be a case: unreadable, not safetensors, wrong names, dtypes or shapes."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _load_file(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        from safetensors.torch import load_file
+        return load_file(str(path), device="cpu")
+    except FileNotFoundError:
+        raise InputsFileError(f"--inputs {path}: no such file") from None
+    except Exception as exc:
+        raise InputsFileError(f"--inputs {path}: not a readable safetensors file ({type(exc).__name__}: {exc})") \
+            from None
+
+
+def inputs_case(path: str) -> CaseSpec:
+    """The case of a safetensors file holding the operator's inputs by name (BF16, the
+    contract's shapes): its dimensions from the tensors, its id from the file's SHA-256."""
+    file = Path(path).resolve()
+    tensors = _load_file(file)
+    try:
+        m, k, n = validate_inputs(tensors)
+    except ContractError as exc:
+        raise InputsFileError(f"--inputs {path}: {exc}") from None
+    return CaseSpec(m, k, n, f"{FILE_SCALE_PREFIX}{_sha256(file)[:12]}", 0, str(file))
 
 
 def _randn(gen, *shape):
@@ -105,6 +151,14 @@ SCALES = {"seed": _seed_scale, "unit": _unit, "saturating": _saturating,
 
 def make_inputs(spec: CaseSpec, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Bit-identical BF16 inputs for ``spec`` on ``device`` (drawn on the CPU)."""
+    if spec.inputs_file is not None:
+        file = Path(spec.inputs_file)
+        if not file.is_file() or f"{FILE_SCALE_PREFIX}{_sha256(file)[:12]}" != spec.scale:
+            raise InputsFileError(f"case {spec.id}: {file} is missing or no longer the file the case was "
+                                  f"planned from (its SHA-256 differs)")
+        tensors = _load_file(file)
+        validate_inputs(tensors)
+        return {name: tensors[name].to(device) for name in INPUT_NAMES}
     if spec.scale not in SCALES:
         raise ValueError(f"unknown scale profile {spec.scale!r}; known: {sorted(SCALES)}")
     if spec.m < 1 or spec.k < 1 or spec.n < 1:

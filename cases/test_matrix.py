@@ -83,7 +83,9 @@ def rerun_command(config, spec, backend: str) -> str:
     from cases.matrix import PROFILES
     args = ["pytest", "cases/", "-p", "no:xdist", "--backend", backend, "-k", f"{spec.id}-{backend}"]
     profile = config.getoption("--profile")
-    if spec not in PROFILES[profile](config.getoption("--seeds")):     # a --case: itself, alone
+    if spec.inputs_file is not None:                                   # an --inputs file
+        args += ["--profile", "none", "--inputs", spec.inputs_file]
+    elif spec not in PROFILES[profile](config.getoption("--seeds")):   # a --case: itself, alone
         args += ["--profile", "none", "--case", f"{spec.m},{spec.k},{spec.n},{spec.scale},{spec.seed}"]
     else:
         if profile != "quick":

@@ -204,3 +204,46 @@ def test_a_case_from_the_command_line_is_gated_and_recorded_like_the_matrix(tmp_
     assert {s for _, s in by_backend["torch-eager"]} == {"pass"}
     assert {s for _, s in by_backend["zero_kernel:zeros"]} == {"fail"}
     assert data["manifest"]["selection"]["cases"] == ["3,5,7,unit,2"]
+
+
+def _save_inputs(path, spec, **override):
+    from safetensors.torch import save_file
+
+    from cases.spec import make_inputs
+    tensors = {**make_inputs(spec), **override}
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+
+
+def test_inputs_from_a_safetensors_file_are_a_case_named_by_their_bits(tmp_path):
+    """--inputs FILE: the file's tensors are the case's inputs (its id carries the file's SHA-256);
+    the verdicts equal those of the generated case with the same bits, and a file that changed
+    after planning, or that breaks the contract, stops with a message naming it."""
+    from cases.spec import CaseSpec, InputsFileError, inputs_case, make_inputs
+    base = CaseSpec(3, 5, 7, "unit", 2)
+    path = tmp_path / "captured.safetensors"
+    _save_inputs(path, base)
+    spec = inputs_case(str(path))
+    assert (spec.m, spec.k, spec.n, spec.seed) == (3, 5, 7, 0) and spec.scale.startswith("file_")
+    loaded, generated = make_inputs(spec), make_inputs(base)
+    assert all(torch_equal(loaded[n], generated[n]) for n in generated)
+    proc = _pytest("cases/", "-p", "no:xdist", "--profile", "none", "--inputs", str(path),
+                   "--backend", "torch-eager", "--benchmark", "none", "--results-dir", str(tmp_path / "results"))
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:]
+    data = R.load_results(tmp_path / "results")
+    assert {r["case"] for r in data["records"]} == {spec.id}
+    assert data["manifest"]["selection"]["inputs"] == [spec.id]
+
+    _save_inputs(path, CaseSpec(3, 5, 7, "unit", 3))          # the file changes after planning
+    with pytest.raises(InputsFileError, match="no longer the file the case was planned from"):
+        make_inputs(spec)
+    _save_inputs(path, base, dy=make_inputs(base)["dy"].float())
+    with pytest.raises(InputsFileError, match="input 'dy' has dtype torch.float32"):
+        inputs_case(str(path))
+    (tmp_path / "pickle.pt").write_bytes(b"\x80\x04not safetensors")
+    proc = _pytest("cases/", "--profile", "none", "--inputs", str(tmp_path / "pickle.pt"))
+    assert proc.returncode == 4 and "not a readable safetensors file" in proc.stdout + proc.stderr
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+    return a.dtype == b.dtype and torch.equal(a.view(torch.int16), b.view(torch.int16))
