@@ -33,7 +33,7 @@ def gamma(k: int, u: float) -> float:
 def accumulator_roundoff(sched: TiledSchedule, kernel: str) -> float:
     """Unit roundoff of the b ("b") or w ("w") kernel's cross-tile accumulation: 0 when it
     accumulates in the math dtype itself (no cast of the partials)."""
-    acc = sched.db_accumulator if kernel == "b" else sched.dw_accumulator
+    acc = sched.accumulator(kernel)
     return 0.0 if acc == sched.plan.math else unit_roundoff(acc)
 
 

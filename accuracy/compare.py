@@ -106,7 +106,7 @@ def reference_rows(inputs: Mapping[str, torch.Tensor], tolerances: Mapping[str, 
 
 def _tiles_and_accumulator(output: str, sched: TiledSchedule, m: int) -> tuple[int, int, float]:
     kernel = OPERATOR.output(output).kernel
-    acc = sched.db_accumulator if kernel == "b" else sched.dw_accumulator
+    acc = sched.accumulator(kernel)
     return sched.n_tiles(m, kernel), sched.tile_m(kernel) or m, unit_roundoff(acc)
 
 

@@ -70,6 +70,9 @@ class RoundingPlan:
         return replace(self, store={**self.store, **points})
 
 
+KERNELS = ("b", "w", "x")   # the operator's kernels that loop over M
+
+
 @dataclass(frozen=True)
 class TiledSchedule:
     """The kernel's loop over M. Tile sizes in rows (``None``: one global
@@ -91,6 +94,20 @@ class TiledSchedule:
 
     def tile_m(self, kernel: str) -> int | None:
         return {"b": self.tile_m_b, "w": self.tile_m_w, "x": self.tile_m_x}[kernel]
+
+    def accumulator(self, kernel: str) -> torch.dtype:
+        """The dtype a kernel's cross-tile accumulation adds in (the math dtype where it has none)."""
+        return {"b": self.db_accumulator, "w": self.dw_accumulator}.get(kernel, self.plan.math)
+
+    @property
+    def is_global(self) -> bool:
+        """No kernel tiles M: every reduction is one sum over all rows."""
+        return all(self.tile_m(k) is None for k in KERNELS)
+
+    def summed_globally(self, name: str) -> "TiledSchedule":
+        """The same dtype path without tiles: each reduction one sum in the math dtype."""
+        return replace(self, name=name, tile_m_b=None, tile_m_w=None, tile_m_x=None,
+                       db_accumulator=self.plan.math, dw_accumulator=self.plan.math)
 
     def n_tiles(self, m: int, kernel: str) -> int:
         tile = self.tile_m(kernel)

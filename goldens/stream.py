@@ -136,7 +136,7 @@ class GoldenPass:
         if terms:
             # the term sums follow the reference's path: FP64 from the BF16 inputs, global sums
             self.reference = next((n for n, s in self.layers.items() if s.plan == FP64_IDEAL
-                                   and s.tile_m_b is None and s.tile_m_w is None), None)
+                                   and s.is_global), None)
             if self.reference is None:
                 raise ValueError("terms=True needs the FP64 global layer among the layers")
         self.terms: TermSums | None = TermSums(inputs) if terms else None
@@ -175,8 +175,8 @@ class GoldenPass:
         m = x.shape[0]
         plans = self._plans()
         weights = {id(p): (self.inputs["w_g"].to(p.math), self.inputs["w_fc"].to(p.math)) for p in plans}
-        db_acc = {name: _Accumulator(s.tile_m_b, s.db_accumulator) for name, s in self.layers.items()}
-        dw_acc = {name: _Accumulator(s.tile_m_w, s.dw_accumulator) for name, s in self.layers.items()}
+        db_acc = {name: _Accumulator(s.tile_m("b"), s.accumulator("b")) for name, s in self.layers.items()}
+        dw_acc = {name: _Accumulator(s.tile_m("w"), s.accumulator("w")) for name, s in self.layers.items()}
         if self.reference is not None:
             db_acc[self.reference].prefix_max = []
             dw_acc[self.reference].prefix_max = []
@@ -221,7 +221,7 @@ class GoldenPass:
                     continue
                 # db: the b kernel sums dg/dfc in the math dtype, before the store rounds them
                 db_g_in, db_fc_in = (dg_m, dfc_m) if plan.db_input == "math" else (dg_s, dfc_s)
-                tiles_b = {n: self.layers[n].tile_m_b for n in users}
+                tiles_b = {n: self.layers[n].tile_m("b") for n in users}
                 for tile, group in self._cut_groups(users, tiles_b).items():
                     cuts = self._cuts(start, stop, tile)
                     for a, b in zip(cuts, cuts[1:]):
@@ -230,7 +230,7 @@ class GoldenPass:
                         for name in group:
                             db_acc[name].add(seg, b - a)
                 # dw: the w kernel reads the stored dg/dfc and multiplies in the math dtype
-                tiles_w = {n: self.layers[n].tile_m_w for n in users}
+                tiles_w = {n: self.layers[n].tile_m("w") for n in users}
                 for tile, group in self._cut_groups(users, tiles_w).items():
                     cuts = self._cuts(start, stop, tile)
                     for a, b in zip(cuts, cuts[1:]):

@@ -70,9 +70,7 @@ def declared_schedules() -> list[TiledSchedule]:
 
 def global_of(schedule: TiledSchedule) -> TiledSchedule:
     """The same dtype path summed globally: no tiles, the accumulator in the math dtype."""
-    math_dtype = schedule.plan.math
-    return replace(schedule, name=f"{schedule.name}/global", tile_m_b=None, tile_m_w=None, tile_m_x=None,
-                   db_accumulator=math_dtype, dw_accumulator=math_dtype)
+    return schedule.summed_globally(f"{schedule.name}/global")
 
 
 def _is_global(schedule: TiledSchedule) -> bool:

@@ -99,7 +99,7 @@ def _edges() -> dict:
 def _tile_rows() -> dict[str, int | None]:
     try:
         from kernels.pypto.schedule import ARTICLE
-        return {"db": ARTICLE.tile_m_b, "dw": ARTICLE.tile_m_w}
+        return {"db": ARTICLE.tile_m("b"), "dw": ARTICLE.tile_m("w")}
     except Exception:   # noqa: BLE001
         return {"db": 1024, "dw": 2048}
 

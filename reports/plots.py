@@ -344,7 +344,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
                 info["drift"] = True
                 _band(top, ms, fam["drift_rms"], color, name, marker="o", ms=4, lw=1.8)
                 info["slopes"].append(f"{fam['slope']:.2f} {profile}" if fam.get("slope") is not None else "-")
-                acc = (sched.db_accumulator if family == "db" else sched.dw_accumulator) if sched else None
+                acc = sched.accumulator(KERNEL_OF_FAMILY[family]) if sched else None
                 if acc is not None:
                     # the accumulator's own unit roundoff: 2^-8 for BF16, 2^-24 for an FP32 accumulator
                     # whose drift is the FP32 order of the tile partials' additions
