@@ -1,4 +1,6 @@
-"""``python -m accuracy merge RUN... -o MERGED``: merge runs of a sharded matrix (``accuracy.merge``)."""
+"""``python -m accuracy merge RUN... -o MERGED``: merge runs of a sharded matrix (``accuracy.merge``).
+``python -m accuracy diff BEFORE AFTER``: two runs record by record (``accuracy.record_diff``); exit 1
+when any result differs."""
 from __future__ import annotations
 
 import argparse
@@ -12,9 +14,22 @@ def main(argv=None) -> int:
                                          "hosts) into one run folder, checked")
     merge.add_argument("runs", nargs="+", help="results directories (their latest run), run folders or results files")
     merge.add_argument("-o", "--out", required=True, help="the merged run folder (results.json inside)")
+    diff = sub.add_parser("diff", help="compare two runs record by record (every verdict and metric; timings "
+                                       "and hosts left out): exit 1 when any differs")
+    diff.add_argument("before", help="results directory (its latest run), run folder or results file")
+    diff.add_argument("after")
     args = parser.parse_args(argv)
     from accuracy.merge import MergeError, merge_runs
-    from accuracy.results import ResultsNotFound
+    from accuracy.results import ResultsNotFound, load_records
+    if args.command == "diff":
+        from accuracy.record_diff import describe, diff_records
+        try:
+            d = diff_records(load_records(args.before), load_records(args.after))
+        except ResultsNotFound as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(describe(d))
+        return 0 if d.same else 1
     try:
         payload = merge_runs(args.runs, args.out)
     except (MergeError, ResultsNotFound) as exc:

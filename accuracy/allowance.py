@@ -16,7 +16,7 @@ roundoff) and u32 = 2^-24:
   carries up to two independent roundings (the intermediate and the store), each uniform
   in +-half the BF16 spacing of the value rounded (the standard stochastic model, Higham &
   Mary, SIAM J. Sci. Comput. 41(5), 2019): variance spacing^2 / 12 each, computed per term
-  from the reference's values (``goldens.terms.TermSums.rounding_variance``). They add in
+  from the reference's values (``operators.swiglu_backward.terms.TermSums.rounding_variance``). They add in
   quadrature: sigma^2 = sum of those variances times the other operand's square. The worst
   case 2 u sum|t| caps it (small M);
 * dx's two products stored in BF16 before their sum (PyTorch's dx): half the spacing of each
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import torch
 
 import operators
-from goldens.terms import MIN_NORMAL, RowTerms, TermSums
+from operators.swiglu_backward.terms import MIN_NORMAL, RowTerms, TermSums
 
 U_BF16 = 2.0 ** -8
 U_FP32 = 2.0 ** -24
@@ -104,7 +104,7 @@ class Allowance:
     variance of a correct kernel's error beyond its own store that is independent per element,
     and the part one rounded dg/dfc spreads over a whole column of dw (``shared_var`` per
     column, to be weighted by the column's sum of squares, ``shared_axis`` 1) or row of dx
-    (``shared_total``, already summed; ``goldens.terms``). ``direction``: whether the elements' errors are
+    (``shared_total``, already summed; ``operators.swiglu_backward.terms``). ``direction``: whether the elements' errors are
     independent, so that the rounding-direction count is a binomial one (dg, dfc, db)."""
     vs_reference: torch.Tensor
     vs_own: torch.Tensor | None
@@ -164,7 +164,7 @@ def tile_chain(terms: TermSums, output: str, base: torch.Tensor, tiles: int, til
     rounding by up to one ULP of the running sum, which every later add carries. Model: each of
     the ``tiles`` casts and adds moves the difference by a step uniform in +-1 ULP of the value
     rounded, the running sum or the tile's partial, B <= prefix + (tile_rows / 1024) x max |block
-    sum| (``goldens.terms``), independently: sigma = 2 u_acc B sqrt(2 tiles / 3);
+    sum| (``operators.swiglu_backward.terms``), independently: sigma = 2 u_acc B sqrt(2 tiles / 3);
     plus ``base``, the per-term allowance of one rounding (``reduction(...).vs_own``). ``tests/mutants/
     test_gate_power.py`` replays an ensemble of valid FP32 partial orders through the article's
     chain and checks every member is within this allowance, and the tiling mutants are not."""

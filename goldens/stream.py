@@ -29,9 +29,8 @@ import torch
 
 from goldens.rounding import round_to
 from goldens.schedule import FP64_IDEAL, RoundingPlan, TiledSchedule
-from goldens.terms import RowTerms, TermSums
+from operators.swiglu_backward.terms import RowTerms, TermSums
 import operators
-from operators.swiglu_backward.math import elementwise
 
 # Rows per streaming chunk. At the article's case (M=220000, one backend) the comparison took
 # 192.9 s at 8192 rows, 127.2 s at 4096, 110.7 s at 2048 and 110.0 s at 1024, with peak RSS 4.36,
@@ -42,7 +41,8 @@ DEFAULT_CHUNK_ROWS = 2048
 # 1024 rows: the b and x kernels' tile and a divisor of the w kernel's (2048), so the tiled
 # layers of the article's schedule share the canonical block partials at no extra cost.
 REDUCTION_BLOCK = 1024
-REDUCTION_OUTPUTS = operators.get().reduction_outputs   # db_g, db_fc, dw_g, dw_fc
+OPERATOR = operators.get()
+REDUCTION_OUTPUTS = OPERATOR.reduction_outputs   # db_g, db_fc, dw_g, dw_fc
 
 
 @dataclass
@@ -50,7 +50,7 @@ class RowBlock:
     """Golden row outputs for rows [start, stop): ``rows[layer][output]`` (plus
     ``rows[layer]["dx_rounded_terms"]`` = |p_g| + |p_fc| when the plan stores dx's two
     products before adding them); ``terms``: dx's term sums from the reference's terms
-    (``goldens.terms``), when asked for."""
+    (``operators.swiglu_backward.terms``), when asked for."""
     start: int
     stop: int
     rows: dict[str, dict[str, torch.Tensor]]
@@ -106,7 +106,7 @@ class _Accumulator:
 class GoldenPass:
     """Streams the goldens of one case. Iterate ``blocks()`` once; afterwards
     ``reductions[layer]`` holds db_g, db_fc, dw_g, dw_fc. With ``terms`` set, ``terms``
-    holds the reductions' term sums (``goldens.terms.TermSums``, its ``prefix`` from the
+    holds the reductions' term sums (``operators.swiglu_backward.terms.TermSums``, its ``prefix`` from the
     FP64 layer's running sums) and every block its dx term sums (when ``rows``).
     With ``accumulators`` set, ``accumulated[layer]`` holds each reduction's final accumulator
     before the output store (in the math dtype) and ``abs_partials[layer]`` the sum over its
@@ -139,7 +139,7 @@ class GoldenPass:
                                    and s.is_global), None)
             if self.reference is None:
                 raise ValueError("terms=True needs the FP64 global layer among the layers")
-        self.terms: TermSums | None = TermSums(inputs) if terms else None
+        self.terms: TermSums | None = OPERATOR.golden.term_sums(inputs) if terms else None
         self.reductions: dict[str, dict[str, torch.Tensor]] = {}
         self._done = False
 
@@ -171,91 +171,69 @@ class GoldenPass:
     def blocks(self) -> Iterator[RowBlock]:
         if self._done:
             raise RuntimeError("a GoldenPass streams once; make a new one")
-        x, dy, g, fc = (self.inputs[n] for n in ("x", "dy", "g", "fc"))
-        m = x.shape[0]
+        op = OPERATOR
+        row_inputs = op.row_inputs
+        m = self.inputs[row_inputs[0]].shape[0]
         plans = self._plans()
-        weights = {id(p): (self.inputs["w_g"].to(p.math), self.inputs["w_fc"].to(p.math)) for p in plans}
-        db_acc = {name: _Accumulator(s.tile_m("b"), s.accumulator("b")) for name, s in self.layers.items()}
-        dw_acc = {name: _Accumulator(s.tile_m("w"), s.accumulator("w")) for name, s in self.layers.items()}
+        whole: dict[torch.dtype, dict[str, torch.Tensor]] = {}   # the inputs read whole, per math dtype
+        for p in plans:
+            whole.setdefault(p.math, {n: self.inputs[n].to(p.math) for n in op.input_names if n not in row_inputs})
+        kernel = {o: op.output(o).kernel for o in REDUCTION_OUTPUTS}
+        acc = {name: {o: _Accumulator(s.tile_m(kernel[o]), s.accumulator(kernel[o])) for o in REDUCTION_OUTPUTS}
+               for name, s in self.layers.items()}
         if self.reference is not None:
-            db_acc[self.reference].prefix_max = []
-            dw_acc[self.reference].prefix_max = []
+            for a in acc[self.reference].values():
+                a.prefix_max = []
         if self.want_accumulators:
-            for acc in (*db_acc.values(), *dw_acc.values()):
-                acc.abs_partials = []
+            for per_output in acc.values():
+                for a in per_output.values():
+                    a.abs_partials = []
 
         for start in range(0, m, self.chunk_rows):
             stop = min(start + self.chunk_rows, m)
+            raw = {n: self.inputs[n][start:stop] for n in row_inputs}
             rows: dict[str, dict[str, torch.Tensor]] = {}
             row_terms = None
-            cast: dict[torch.dtype, tuple[torch.Tensor, ...]] = {}   # this chunk's inputs per math dtype
+            cast: dict[torch.dtype, dict[str, torch.Tensor]] = {}   # this chunk's row inputs per math dtype
             for plan in plans:
                 users = [n for n, s in self.layers.items() if s.plan == plan]
                 if plan.math not in cast:
-                    cast[plan.math] = tuple(t[start:stop].to(plan.math) for t in (dy, g, fc, x))
-                dy_m, g_m, fc_m, x_m = cast[plan.math]
-                dg_m, dfc_m = elementwise(dy_m, g_m, fc_m, plan)
-                dg_s = round_to(dg_m, plan.rounding("dg"))
-                dfc_s = round_to(dfc_m, plan.rounding("dfc"))
-                block = {"dg": dg_s, "dfc": dfc_s}
-                if self.want_rows:
-                    w_g, w_fc = weights[id(plan)]
-                    p_g = round_to(dg_s @ w_g.t(), plan.rounding("dx_product"))
-                    p_fc = round_to(dfc_s @ w_fc.t(), plan.rounding("dx_product"))
-                    block["dx"] = dx = round_to(p_g + p_fc, plan.rounding("dx"))
-                    if plan.rounding("dx_product") is not None:
-                        # a rounding flip at a stored product moves dx by one ULP of the product
-                        block["dx_rounded_terms"] = p_g.abs() + p_fc.abs()
-                if self.reference is not None and self.reference in users:
-                    var_g, var_fc = self.terms.rounding_variance(dy[start:stop], g[start:stop], fc[start:stop],
-                                                                 dg_m, dfc_m)
-                    if self.want_rows:
-                        row_terms = self.terms.rows(dg_m, dfc_m, var_g, var_fc, p_g, p_fc, dx)
-                    for a in range(start, stop, REDUCTION_BLOCK):
-                        b = min(a + REDUCTION_BLOCK, stop)
-                        self.terms.add_block(x[a:b], dg_m[a - start:b - start], dfc_m[a - start:b - start],
-                                             var_g[a - start:b - start], var_fc[a - start:b - start])
+                    cast[plan.math] = {n: t.to(plan.math) for n, t in raw.items()}
+                reference = self.reference is not None and self.reference in users
+                result = op.golden.chunk(cast[plan.math], whole[plan.math], plan, want_rows=self.want_rows,
+                                         terms=self.terms if reference else None, raw=raw, block=REDUCTION_BLOCK)
+                if reference:
+                    row_terms = result.row_terms
                 for name in users:
-                    rows[name] = block
+                    rows[name] = result.rows
                 if not self.want_reductions:
                     continue
-                # db: the b kernel sums dg/dfc in the math dtype, before the store rounds them
-                db_g_in, db_fc_in = (dg_m, dfc_m) if plan.db_input == "math" else (dg_s, dfc_s)
-                tiles_b = {n: self.layers[n].tile_m("b") for n in users}
-                for tile, group in self._cut_groups(users, tiles_b).items():
-                    cuts = self._cuts(start, stop, tile)
-                    for a, b in zip(cuts, cuts[1:]):
-                        seg = (db_g_in[a - start:b - start].sum(0, keepdim=True),
-                               db_fc_in[a - start:b - start].sum(0, keepdim=True))
-                        for name in group:
-                            db_acc[name].add(seg, b - a)
-                # dw: the w kernel reads the stored dg/dfc and multiplies in the math dtype
-                tiles_w = {n: self.layers[n].tile_m("w") for n in users}
-                for tile, group in self._cut_groups(users, tiles_w).items():
-                    cuts = self._cuts(start, stop, tile)
-                    for a, b in zip(cuts, cuts[1:]):
-                        xs = x_m[a - start:b - start].t()
-                        seg = (xs @ dg_s[a - start:b - start], xs @ dfc_s[a - start:b - start])
-                        for name in group:
-                            dw_acc[name].add(seg, b - a)
+                for o in REDUCTION_OUTPUTS:
+                    lhs, rhs = result.operands[o]
+                    tiles = {n: self.layers[n].tile_m(kernel[o]) for n in users}
+                    for tile, group in self._cut_groups(users, tiles).items():
+                        cuts = self._cuts(start, stop, tile)
+                        for a, b in zip(cuts, cuts[1:]):
+                            part = rhs[a - start:b - start]
+                            seg = part.sum(0, keepdim=True) if lhs is None else lhs[a - start:b - start].t() @ part
+                            for name in group:
+                                acc[name][o].add((seg,), b - a)
             yield RowBlock(start, stop, rows, row_terms)
 
         for name, sched in (self.layers.items() if self.want_reductions else ()):
-            db_acc[name].close_tile()
-            dw_acc[name].close_tile()
-            math = sched.plan.math
-            totals = [t.to(math) for t in db_acc[name].total + dw_acc[name].total]
-            stores = [sched.plan.rounding("db")] * 2 + [sched.plan.rounding("dw")] * 2
-            self.reductions[name] = {o: round_to(t, r) for o, t, r in zip(REDUCTION_OUTPUTS, totals, stores)}
+            totals = {}
+            for o, a in acc[name].items():
+                a.close_tile()
+                totals[o] = a.total[0].to(sched.plan.math)
+            self.reductions[name] = {o: round_to(t, sched.plan.rounding(op.output(o).store_point))
+                                     for o, t in totals.items()}
             if self.want_accumulators:
-                self.accumulated[name] = dict(zip(REDUCTION_OUTPUTS, totals))
-                self.abs_partials[name] = dict(zip(REDUCTION_OUTPUTS,
-                                                   db_acc[name].abs_partials + dw_acc[name].abs_partials))
+                self.accumulated[name] = totals
+                self.abs_partials[name] = {o: a.abs_partials[0] for o, a in acc[name].items()}
         if self.reference is not None:
-            peaks = db_acc[self.reference].prefix_max + dw_acc[self.reference].prefix_max
-            self.terms.prefix = {o: p.double() for o, p in zip(REDUCTION_OUTPUTS, peaks)}
-            segments = db_acc[self.reference].segment_max + dw_acc[self.reference].segment_max
-            self.terms.segment = {o: p.double() for o, p in zip(REDUCTION_OUTPUTS, segments)}
+            ref = acc[self.reference]
+            self.terms.prefix = {o: ref[o].prefix_max[0].double() for o in REDUCTION_OUTPUTS}
+            self.terms.segment = {o: ref[o].segment_max[0].double() for o in REDUCTION_OUTPUTS}
         self._done = True
 
 
@@ -263,7 +241,7 @@ def materialize(inputs: Mapping[str, torch.Tensor], schedule: TiledSchedule,
                 chunk_rows: int = DEFAULT_CHUNK_ROWS) -> dict[str, torch.Tensor]:
     """All seven outputs of one layer as full tensors in its math dtype (for tests and small M)."""
     golden = GoldenPass(inputs, {schedule.name: schedule}, chunk_rows=chunk_rows)
-    parts: dict[str, list[torch.Tensor]] = {"dg": [], "dfc": [], "dx": []}
+    parts: dict[str, list[torch.Tensor]] = {o: [] for o in OPERATOR.row_outputs}
     for block in golden.blocks():
         for out in parts:
             parts[out].append(block.rows[schedule.name][out])

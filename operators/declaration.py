@@ -21,6 +21,18 @@ import torch
 OUTPUT_KINDS = ("rows", "sum_over_m", "contraction")
 
 
+@dataclass
+class ChunkGolden:
+    """An operator's golden for one chunk of rows under one rounding plan: the row outputs as
+    stored (plus any extra per-element data the comparison reads, e.g. ``dx_rounded_terms``),
+    and per reduction output its operands over these rows, in the math dtype: ``(None, rhs)``
+    sums the rows of rhs, ``(lhs, rhs)`` is lhs^T rhs. ``row_terms``: the row outputs' term
+    sums, when the reference's term sums were asked for."""
+    rows: dict
+    operands: dict
+    row_terms: object = None
+
+
 @dataclass(frozen=True)
 class TensorDecl:
     """A named tensor whose shape is a tuple of the operator's dimension names (or the literal 1)."""
@@ -35,6 +47,11 @@ class TensorDecl:
 class OutputDecl(TensorDecl):
     kind: str = "rows"
     kernel: str | None = None     # the kernel whose tile over M cuts a reduction
+    store: str | None = None      # the rounding plan's point of its store (default: its name)
+
+    @property
+    def store_point(self) -> str:
+        return self.store or self.name
 
     def __post_init__(self):
         if self.kind not in OUTPUT_KINDS:
@@ -52,6 +69,7 @@ class Operator:
     inputs: tuple[TensorDecl, ...]
     outputs: tuple[OutputDecl, ...]
     sizes_from: Mapping[str, tuple[str, int]]
+    golden: object = None         # the module with ``chunk`` and ``term_sums`` (see operators/swiglu_backward/golden.py)
     dtype: torch.dtype = torch.bfloat16
 
     def __post_init__(self):
@@ -71,6 +89,11 @@ class Operator:
 
     def outputs_of_kind(self, *kinds: str) -> tuple[str, ...]:
         return tuple(o.name for o in self.outputs if o.kind in kinds)
+
+    @property
+    def row_inputs(self) -> tuple[str, ...]:
+        """Inputs with one row per row of M (streamed in chunks); the others are read whole."""
+        return tuple(t.name for t in self.inputs if t.dims[0] == self.dims[0])
 
     @property
     def row_outputs(self) -> tuple[str, ...]:

@@ -6,6 +6,7 @@ kernel's tile), dx [M,K] (rows). Its math is in ``operators.swiglu_backward.math
 from __future__ import annotations
 
 from operators.declaration import Operator, OutputDecl, TensorDecl
+from operators.swiglu_backward import golden
 
 OPERATOR = Operator(
     name="swiglu_backward",
@@ -13,8 +14,10 @@ OPERATOR = Operator(
     inputs=(TensorDecl("x", ("M", "K")), TensorDecl("w_g", ("K", "N")), TensorDecl("w_fc", ("K", "N")),
             TensorDecl("dy", ("M", "N")), TensorDecl("g", ("M", "N")), TensorDecl("fc", ("M", "N"))),
     outputs=(OutputDecl("dg", ("M", "N")), OutputDecl("dfc", ("M", "N")),
-             OutputDecl("db_g", (1, "N"), "sum_over_m", "b"), OutputDecl("db_fc", (1, "N"), "sum_over_m", "b"),
-             OutputDecl("dw_g", ("K", "N"), "contraction", "w"), OutputDecl("dw_fc", ("K", "N"), "contraction", "w"),
+             OutputDecl("db_g", (1, "N"), "sum_over_m", "b", "db"), OutputDecl("db_fc", (1, "N"), "sum_over_m", "b", "db"),
+             OutputDecl("dw_g", ("K", "N"), "contraction", "w", "dw"),
+             OutputDecl("dw_fc", ("K", "N"), "contraction", "w", "dw"),
              OutputDecl("dx", ("M", "K"))),
     sizes_from={"M": ("x", 0), "K": ("x", 1), "N": ("w_g", 1)},
+    golden=golden,
 )

@@ -11,7 +11,7 @@ from accuracy.tolerances import TOLERANCES
 from accuracy.ulp import bf16_spacing
 from cases.evaluate import evaluate_case
 from cases.spec import CaseSpec, make_inputs
-from goldens.terms import TermSums
+from operators.swiglu_backward.terms import TermSums
 from kernels import plain
 from kernels.registry import Backend, resolve
 

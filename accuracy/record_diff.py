@@ -1,0 +1,65 @@
+"""Two runs compared record by record: what a change to the framework did to every verdict and
+metric. A refactor that must keep the results (an operator moved into its own package, a faster
+comparison) shows ``0 records differ``; anything else names the cell and the fields.
+
+Timings and where a run happened (seconds, worker, host, device, the rerun command) are not
+results and are left out; everything else, every metric included, must be equal."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+# Per record and per metrics dict: fields that describe the run, not its results.
+NOT_RESULTS = frozenset({"seconds", "golden_seconds", "backend_seconds", "worker", "host", "run", "rerun",
+                         "started", "finished", "device", "golden_device"})
+
+
+def record_key(r: Mapping) -> tuple:
+    return (r.get("case"), r.get("backend"), r.get("output"), r.get("golden"))
+
+
+def _results_of(r: Mapping) -> dict:
+    out = {k: v for k, v in r.items() if k not in NOT_RESULTS}
+    if isinstance(out.get("metrics"), Mapping):
+        out["metrics"] = {k: v for k, v in out["metrics"].items() if k not in NOT_RESULTS and "seconds" not in k}
+    return out
+
+
+@dataclass
+class RecordDiff:
+    only_before: list = field(default_factory=list)   # keys
+    only_after: list = field(default_factory=list)
+    differing: dict = field(default_factory=dict)     # key -> sorted field names (metrics.<name> inside metrics)
+    compared: int = 0
+
+    @property
+    def same(self) -> bool:
+        return not (self.only_before or self.only_after or self.differing)
+
+
+def diff_records(before: Iterable[Mapping], after: Iterable[Mapping]) -> RecordDiff:
+    a = {record_key(r): _results_of(r) for r in before}
+    b = {record_key(r): _results_of(r) for r in after}
+    result = RecordDiff(only_before=sorted(set(a) - set(b), key=str), only_after=sorted(set(b) - set(a), key=str))
+    for key in a.keys() & b.keys():
+        result.compared += 1
+        ra, rb = a[key], b[key]
+        if ra == rb:
+            continue
+        fields = [k for k in set(ra) | set(rb) if k != "metrics" and ra.get(k) != rb.get(k)]
+        ma, mb = ra.get("metrics") or {}, rb.get("metrics") or {}
+        fields += [f"metrics.{k}" for k in set(ma) | set(mb) if ma.get(k) != mb.get(k)]
+        result.differing[key] = sorted(fields)
+    return result
+
+
+def describe(d: RecordDiff, listed: int = 20) -> str:
+    lines = [f"{d.compared} records compared: {len(d.differing)} differ, {len(d.only_before)} only before, "
+             f"{len(d.only_after)} only after"]
+    for key, fields in sorted(d.differing.items(), key=str)[:listed]:
+        case, backend, output, golden = key
+        lines.append(f"  case {case}, backend {backend!r}, output {output}, golden {golden}: {', '.join(fields[:8])}")
+    for name, keys in (("only before", d.only_before), ("only after", d.only_after)):
+        for case, backend, output, golden in keys[:listed]:
+            lines.append(f"  {name}: case {case}, backend {backend!r}, output {output}, golden {golden}")
+    return "\n".join(lines)

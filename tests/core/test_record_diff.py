@@ -1,0 +1,31 @@
+"""``python -m accuracy diff``: a change that keeps every result shows none; a changed metric,
+verdict or a lost record is named; timings and hosts are not results."""
+import copy
+
+from accuracy.record_diff import describe, diff_records
+
+RECORDS = [{"case": "M2-K96-N200-unit-s0", "backend": "plain", "output": "dx", "golden": "reference",
+            "status": "pass", "seconds": 1.5, "host": "a",
+            "metrics": {"mismatches": 0, "ulp_max": 0.5, "compare_seconds": 0.1}},
+           {"case": "M2-K96-N200-unit-s0", "backend": "plain", "output": "dg", "golden": "reference",
+            "status": "pass", "metrics": {"mismatches": 0, "ulp_max": 0.25}}]
+
+
+def test_timings_and_hosts_are_not_results():
+    after = copy.deepcopy(RECORDS)
+    after[0].update(seconds=9.0, host="b")
+    after[0]["metrics"]["compare_seconds"] = 3.0
+    d = diff_records(RECORDS, after)
+    assert d.same and d.compared == 2
+
+
+def test_a_changed_metric_a_changed_verdict_and_a_lost_record_are_named():
+    after = copy.deepcopy(RECORDS)
+    after[0]["metrics"]["ulp_max"] = 0.75
+    after[0]["status"] = "fail"
+    d = diff_records(RECORDS, after[:1])
+    assert not d.same
+    assert d.differing == {("M2-K96-N200-unit-s0", "plain", "dx", "reference"): ["metrics.ulp_max", "status"]}
+    assert d.only_before == [("M2-K96-N200-unit-s0", "plain", "dg", "reference")]
+    text = describe(d)
+    assert "1 differ, 1 only before" in text and "metrics.ulp_max, status" in text
