@@ -1,21 +1,17 @@
-"""The case matrix: M edge sizes x (K, N) x scale profile x seed.
+"""The case matrix: M edge sizes x the other dimensions x scale profile x seed.
 
-Accuracy sizes only (benchmark sizes live in benchmarks/). Why each M:
-1, 2      - a single partial row: tail tile with valid_m = 1, 2 and nothing else
-1023..1025 - either side of the b/x kernels' tile_m = 1024 (ragged final tile of 1023 / 1 rows)
-2047..2049 - either side of the w kernel's tile_m = 2048
-3000      - 3 b-tiles (tail 952), 2 w-tiles (tail 952): tails in every kernel at once
-4097      - 5 b-tiles, 3 w-tiles, with a 1-row tail in both
-220000    - the article's case (215 b-tiles, 108 w-tiles, tail 1824 / 864 rows)
-(96, 200) is small and odd-shaped: no dimension a multiple of the cube tiles (128, 256).
+The axes are the operator's (``operators/<name>/profiles.py``: its M edges with why each, its
+shapes, its scale profiles and the case its acceptance criterion names); the matrix is built
+from them here. Accuracy sizes only (benchmark sizes live in benchmarks/).
 """
 from __future__ import annotations
 
 from cases.spec import SCALES, CaseSpec, inputs_case
+from kernels.contract import OPERATOR
 
-M_EDGES = (1, 2, 1023, 1024, 1025, 2047, 2048, 2049, 3000, 4097, 220000)
-KN_PAIRS = ((512, 1024), (96, 200))
-SEED_CASE = CaseSpec(220000, 512, 1024, "seed", 0)
+M_EDGES = OPERATOR.m_edges
+KN_PAIRS = OPERATOR.shapes
+SEED_CASE = CaseSpec(*OPERATOR.article_case)
 LARGE_M = 100_000
 
 

@@ -9,14 +9,13 @@ the file's SHA-256, so the same bits give the same case anywhere and a changed f
 from __future__ import annotations
 
 import hashlib
-import math
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from kernels.contract import INPUT_NAMES, ContractError, validate_inputs
+from kernels.contract import INPUT_NAMES, OPERATOR, ContractError, validate_inputs
 
 
 @dataclass(frozen=True)
@@ -77,76 +76,7 @@ def inputs_case(path: str) -> CaseSpec:
     return CaseSpec(m, k, n, f"{FILE_SCALE_PREFIX}{_sha256(file)[:12]}", 0, str(file))
 
 
-def _randn(gen, *shape):
-    return torch.randn(*shape, generator=gen, dtype=torch.float32)
-
-
-def _seed_scale(gen, m, k, n):
-    """The article's case: activations randn/sqrt(M), weights randn/sqrt(K). Each tensor is
-    scaled in place and stored in BF16 as soon as it is drawn (the same bits as scaling a copy):
-    at M=220000 one FP32 tensor (0.9 GB) is alive at a time instead of all four and a temporary
-    (4 GB)."""
-    a = 1 / math.sqrt(m)
-
-    def draw(rows, cols, times=None, over=None):
-        t = _randn(gen, rows, cols)
-        return (t.mul_(times) if over is None else t.div_(over)).to(torch.bfloat16)
-
-    return {"x": draw(m, k, a), "w_g": draw(k, n, over=math.sqrt(k)), "w_fc": draw(k, n, over=math.sqrt(k)),
-            "dy": draw(m, n, a), "g": draw(m, n, a), "fc": draw(m, n, a)}
-
-
-def _unit(gen, m, k, n):
-    """Order-one activations: sigmoid(g) spans (0.1, 0.9), so the SiLU derivative is exercised
-    (at the seed scale |g| ~ 2e-3 and sigmoid is 0.5 to three digits)."""
-    return {"x": _randn(gen, m, k), "w_g": _randn(gen, k, n) / math.sqrt(k),
-            "w_fc": _randn(gen, k, n) / math.sqrt(k), "dy": _randn(gen, m, n),
-            "g": _randn(gen, m, n), "fc": _randn(gen, m, n)}
-
-
-def _saturating(gen, m, k, n):
-    """|g| up to ~240 (60 sigma): 14% of g above 88.7 overflow exp in FP32, where the
-    article's sigmoid exp(g)/(1+exp(g)) becomes inf/inf = NaN; a stable sigmoid saturates to 1."""
-    t = _unit(gen, m, k, n)
-    t["g"] = t["g"] * 60
-    # at least one element per tile-row block is beyond the overflow point, whatever the draw
-    t["g"][::7, ::5] = 100.0
-    return t
-
-
-def _cancellation(gen, m, k, n):
-    """Rows in pairs (2i, 2i+1) with the same x, g, fc and dy of opposite sign, 1% apart:
-    db and dw are sums whose terms cancel to ~1% of their absolute sum."""
-    t = _unit(gen, m, k, n)
-    half = (m + 1) // 2
-    for name in ("x", "g", "fc"):
-        t[name] = t[name][:half].repeat_interleave(2, dim=0)[:m].contiguous()
-    dy = t["dy"][:half]
-    paired = torch.stack([dy, -dy * (1 + 0.01 * _randn(gen, half, n))], dim=1).reshape(2 * half, n)
-    t["dy"] = paired[:m].contiguous()
-    return t
-
-
-def _tiny(gen, m, k, n):
-    """dy near the bottom of the normal range (2^-124 ~ 4.7e-38): dg/dfc and db land among
-    FP32/BF16 subnormals (below 2^-126 ~ 1.2e-38), where a flush-to-zero kernel differs."""
-    t = _unit(gen, m, k, n)
-    t["dy"] = t["dy"] * 2.0 ** -124
-    return t
-
-
-def _outliers(gen, m, k, n):
-    """Unit scale plus 0.1% of dy and x entries multiplied by 2^10: a few huge terms dominate
-    sums, stressing relative gates and per-tile accumulation."""
-    t = _unit(gen, m, k, n)
-    for name in ("dy", "x"):
-        mask = torch.rand(t[name].shape, generator=gen) < 1e-3
-        t[name] = torch.where(mask, t[name] * 1024.0, t[name])
-    return t
-
-
-SCALES = {"seed": _seed_scale, "unit": _unit, "saturating": _saturating,
-          "cancellation": _cancellation, "tiny": _tiny, "outliers": _outliers}
+SCALES = OPERATOR.scales
 
 
 def make_inputs(spec: CaseSpec, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

@@ -70,6 +70,10 @@ class Operator:
     outputs: tuple[OutputDecl, ...]
     sizes_from: Mapping[str, tuple[str, int]]
     golden: object = None         # the module with ``chunk`` and ``term_sums`` (see operators/swiglu_backward/golden.py)
+    scales: Mapping = None        # scale profile name -> inputs drawn from (generator, *dimension sizes)
+    m_edges: tuple = ()           # the matrix's M axis
+    shapes: tuple = ()            # the matrix's other dimensions, each a tuple of their sizes
+    article_case: tuple = ()      # (M, *other sizes, scale, seed) of the operator's acceptance criterion
     dtype: torch.dtype = torch.bfloat16
 
     def __post_init__(self):

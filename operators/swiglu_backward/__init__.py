@@ -6,7 +6,7 @@ kernel's tile), dx [M,K] (rows). Its math is in ``operators.swiglu_backward.math
 from __future__ import annotations
 
 from operators.declaration import Operator, OutputDecl, TensorDecl
-from operators.swiglu_backward import golden
+from operators.swiglu_backward import golden, profiles
 
 OPERATOR = Operator(
     name="swiglu_backward",
@@ -20,4 +20,8 @@ OPERATOR = Operator(
              OutputDecl("dx", ("M", "K"))),
     sizes_from={"M": ("x", 0), "K": ("x", 1), "N": ("w_g", 1)},
     golden=golden,
+    scales=profiles.SCALES,
+    m_edges=profiles.M_EDGES,
+    shapes=profiles.SHAPES,
+    article_case=profiles.ARTICLE_CASE,
 )
