@@ -271,6 +271,11 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
         for pair in pairs:
             between[pair][o].update(red[pair.layer][o], red[pair.reference][o])
 
+    # the fitted scale's rounding bias: the largest of the legitimate paths' on this data, never
+    # below the measured bias of exact-product stores (allowance.SCALE_BIAS)
+    for stats in per_backend.values():
+        for o in OUTPUT_NAMES:
+            stats[o][REFERENCE].scale_bias = max(allowance.SCALE_BIAS, terms.scale_bias(o, red["fp64"].get(o)))
     backends = {b: {o: {g: st.finalize() for g, st in stats[o].items()} for o in OUTPUT_NAMES}
                 for b, stats in per_backend.items()}
     for b, o in shared_rows:

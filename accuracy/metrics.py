@@ -134,6 +134,7 @@ class ErrorStats:
         self.aggregate_seen = False
         self.direction_seen = True
         self.sum_eb = self.sum_bb = self.sum_vbb = 0.0
+        self.scale_bias: float | None = None   # the fitted scale's rounding bias on this data (None: SCALE_BIAS)
         self.n_toward = self.n_away = 0
 
     def update(self, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | None = None,
@@ -494,7 +495,9 @@ class ErrorStats:
         beta = self.sum_eb / self.sum_bb if self.sum_bb > 0 else 0.0
         sigma = math.sqrt(self.sum_vbb) / self.sum_bb if self.sum_bb > 0 else 0.0
         counted = self.n_toward + self.n_away
-        result = {"scale_beta": beta, "scale_sigma": sigma, "scale_allowed": TAIL_SIGMAS * sigma + SCALE_BIAS,
+        bias = SCALE_BIAS if self.scale_bias is None else self.scale_bias
+        result = {"scale_beta": beta, "scale_sigma": sigma, "scale_allowed": TAIL_SIGMAS * sigma + bias,
+                  "scale_bias": bias,
                   "toward_zero": None, "away_from_zero": None, "direction_imbalance": None, "direction_allowed": None}
         if self.direction_seen:
             result.update(toward_zero=self.n_toward, away_from_zero=self.n_away,

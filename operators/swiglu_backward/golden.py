@@ -47,7 +47,7 @@ def chunk(rows: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor],
             out["dx_rounded_terms"] = p_g.abs() + p_fc.abs()
     row_terms = None
     if terms is not None:
-        var_g, var_fc = terms.rounding_variance(raw["dy"], raw["g"], raw["fc"], dg_m, dfc_m)
+        var_g, var_fc = terms.rounding_variance(raw["dy"], raw["g"], raw["fc"], dg_m, dfc_m, raw["x"])
         if want_rows:
             row_terms = terms.rows(dg_m, dfc_m, var_g, var_fc, p_g, p_fc, dx)
         x = raw["x"]

@@ -94,9 +94,17 @@ class TermSums:
         self.floor_l1: dict[str, torch.Tensor] = {}
         self.dx_floor_l1 = (inputs["w_g"].double().abs().sum(1) + inputs["w_fc"].double().abs().sum(1)).unsqueeze(0)
         self.rows_seen = 0
+        # the fitted scale's rounding bias of each legitimate dtype path, on this case's data
+        # (``scale_bias``): per path, dg's and dfc's errors against the exact values, carried
+        # linearly into db (column sums), dw (x^T err) and dx (err w^T, dotted with the exact rows)
+        self._paths = ("fp32", "stored_intermediates")
+        self._bias_num = {o: dict.fromkeys(self._paths, 0.0) for o in ("dg", "dfc", "dx")}
+        self._bias_den = {"dg": 0.0, "dfc": 0.0, "dx": 0.0}
+        self._err_sums: dict = {p: {} for p in self._paths}   # path -> db_g, db_fc, dw_g, dw_fc error sums
+        self._chunk_err: dict = {}                             # path -> (err_g, err_fc) of the current chunk
 
     def rounding_variance(self, dy: torch.Tensor, g: torch.Tensor, fc: torch.Tensor, dg: torch.Tensor,
-                          dfc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                          dfc: torch.Tensor, x: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Per element of these rows, the variance of dg's and dfc's legitimate roundings (its store
         and the stored dy*fc or silu(g) before it), FP32 in the units of the scaled terms
         (``self.s_dg ** 2``, ``self.s_dfc ** 2``). ``dg``, ``dfc``: the exact (FP64) values."""
@@ -104,12 +112,61 @@ class TermSums:
         s = swiglu.sigmoid(g)
         factor = swiglu.dg_factor(g, s)         # dg = (dy fc) factor
         silu = swiglu.silu(g, s)                # dfc = dy silu
+        self._add_path_bias(dy, g, fc, s, factor, silu, dg, dfc, x)
         var = []
         for exact, scale, inter, times in ((dg, self.s_dg, dy * fc, factor), (dfc, self.s_dfc, silu, dy)):
             store = bf16_spacing((exact.abs() * (scale * STORE_BINADE_MARGIN)).float(), MIN_NORMAL * scale)
             inter = bf16_spacing(inter.abs_().mul_(STORE_BINADE_MARGIN), MIN_NORMAL).mul_(times.abs()).mul_(scale)
             var.append(store.square_().add_(inter.square_()).div_(12))
         return var[0], var[1]
+
+    def _add_path_bias(self, dy, g, fc, s, factor, silu, dg, dfc, x) -> None:
+        """Round to nearest is biased on some data: the store of an exact product of two BF16
+        values (dy * silu(g) once silu(g) is stored; dy * fc once sigmoid is 1 in FP32) rounds
+        toward zero more often than away. Each legitimate path's dg and dfc are computed here in
+        FP32 as a kernel computes them (``operators.swiglu_backward.math``); their errors against
+        the exact values are summed the way the fitted scale sums a kernel's, and carried into the
+        reductions (``x``: the rows' BF16 x; without it dw's sums are not kept)."""
+        bf16 = torch.bfloat16
+
+        def rounded(t):
+            return t.to(bf16).double()
+        paths = {"fp32": (rounded((dy * fc) * factor), rounded(dy * silu)),
+                 "stored_intermediates": (rounded((rounded(dy * fc).float() * s) * (1 + g * (1 - s))),
+                                          rounded(dy * rounded(silu).float()))}
+        exact = {"dg": torch.where(torch.isfinite(dg), dg, 0.0), "dfc": torch.where(torch.isfinite(dfc), dfc, 0.0)}
+        for o, ex in exact.items():
+            self._bias_den[o] += float(torch.dot(ex.reshape(-1), ex.reshape(-1)))
+        x32 = None if x is None else x.float()
+        for name, values in paths.items():
+            errs = []
+            for (o, ex), value in zip(exact.items(), values):
+                err = (value - ex).nan_to_num_(0.0, 0.0, 0.0)
+                self._bias_num[o][name] += float(torch.dot(err.reshape(-1), ex.reshape(-1)))
+                errs.append(err)
+            sums = self._err_sums[name]
+            for o, err, scale in zip(("g", "fc"), errs, (self.s_dg, self.s_dfc)):
+                part = {f"db_{o}": err.sum(0, keepdim=True)}
+                if x32 is not None:     # in FP32 on the power-of-two-scaled errors (the tiny profile's are ~2^-133)
+                    part[f"dw_{o}"] = (x32.t() @ (err * scale).float()).double() / scale
+                for key, v in part.items():
+                    sums[key] = v if key not in sums else sums[key] + v
+            self._chunk_err[name] = errs
+
+    def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
+        """The largest |fitted scale| the legitimate paths' roundings of dg and dfc give output
+        ``output`` on this case's data: sum (path - exact) exact / sum exact^2, the errors carried
+        linearly into db, dw (``exact``: the output's exact value, for them) and dx."""
+        if output in ("dg", "dfc", "dx"):
+            den = self._bias_den[output]
+            return max(abs(v) / den for v in self._bias_num[output].values()) if den > 0 else 0.0
+        if exact is None or output not in self._err_sums[self._paths[0]]:
+            return 0.0
+        r = torch.where(torch.isfinite(exact), exact.double(), 0.0).reshape(-1)
+        den = float(torch.dot(r, r))
+        if den == 0:
+            return 0.0
+        return max(abs(float(torch.dot(self._err_sums[p][output].reshape(-1), r))) / den for p in self._paths)
 
     def rows(self, dg: torch.Tensor, dfc: torch.Tensor, var_g: torch.Tensor, var_fc: torch.Tensor,
              p_g: torch.Tensor, p_fc: torch.Tensor, dx: torch.Tensor) -> RowTerms:
@@ -128,6 +185,11 @@ class TermSums:
         s_r = _pow2_scale(float(dx.abs().max()) if dx.numel() else 0.0)
         r = (dx * s_r).float()
         rw_g, rw_fc = r @ self._w["signed"][0], r @ self._w["signed"][1]
+        # the paths' dx bias: sum_mk (err_g w_g^T + err_fc w_fc^T) dx = sum_mn err_g (dx w_g) + err_fc (dx w_fc)
+        self._bias_den["dx"] += float(r.double().square().sum()) / s_r ** 2
+        for name, (err_g, err_fc) in self._chunk_err.items():
+            self._bias_num["dx"][name] += (float((err_g * rw_g.double()).sum()) / (s_r * self.s_wg)
+                                           + float((err_fc * rw_fc.double()).sum()) / (s_r * self.s_wfc))
         shared = (float((var_g * rw_g * rw_g).sum(dtype=torch.float64)) * (ug / s_r) ** 2
                   + float((var_fc * rw_fc * rw_fc).sum(dtype=torch.float64)) * (ufc / s_r) ** 2)
         return RowTerms(abs=abs_g + abs_fc, var=var, products=half_g + half_fc,
