@@ -161,7 +161,7 @@ class ErrorStats:
         elements of the whole output; every max, count and the worst elements are exact."""
         rows = actual.shape[0] if actual.dim() > 1 else 0
         step = max(1, SLICE_ELEMENTS // max(1, actual.shape[-1])) if rows else 0
-        if rows <= step or shared_var is not None:
+        if rows <= step:
             self._update_slice(actual, expected, bound, row_offset, rounded_terms, allowance, exact,
                                noise_var, shared_var, shared_axis, shared_total, direction)
             return
@@ -169,10 +169,18 @@ class ErrorStats:
         def cut(t: torch.Tensor | None, start: int) -> torch.Tensor | None:
             return t if t is None or t.dim() == 0 or t.shape[0] != rows else t[start:start + step]
 
+        # the shared variance sum_j V_j |r_j|^2 separates over rows: per column (axis 1) every slice
+        # adds its rows' part with the whole V; per row (axis 0) each slice its own rows' V. A whole
+        # [K, N] dw at K=4096, N=11008 in one slice took 16 GB of FP64 temporaries.
+        def shared_of(start: int) -> torch.Tensor | None:
+            if shared_var is None or shared_axis == 1:
+                return shared_var
+            return shared_var.reshape(-1)[start:start + step]
+
         for start in range(0, rows, step):
             self._update_slice(actual[start:start + step], expected[start:start + step], cut(bound, start),
                                row_offset + start, cut(rounded_terms, start), cut(allowance, start),
-                               cut(exact, start), cut(noise_var, start), None, None,
+                               cut(exact, start), cut(noise_var, start), shared_of(start), shared_axis,
                                shared_total if start == 0 else 0.0, direction)
 
     def _update_slice(self, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | None,
