@@ -130,25 +130,28 @@ class TermSums:
         bf16 = torch.bfloat16
 
         def rounded(t):
-            return t.to(bf16).double()
+            return t.to(bf16).float()
         paths = {"fp32": (rounded((dy * fc) * factor), rounded(dy * silu)),
-                 "stored_intermediates": (rounded((rounded(dy * fc).float() * s) * (1 + g * (1 - s))),
-                                          rounded(dy * rounded(silu).float()))}
-        exact = {"dg": torch.where(torch.isfinite(dg), dg, 0.0), "dfc": torch.where(torch.isfinite(dfc), dfc, 0.0)}
+                 "stored_intermediates": (rounded((rounded(dy * fc) * s) * (1 + g * (1 - s))),
+                                          rounded(dy * rounded(silu)))}
+        # FP32 on values scaled by powers of two into (-1, 1] (exact; the tiny profile's are ~2^-124):
+        # the sums are estimates of a bias of ~1e-4, FP32's 2^-24 rounding of the exact values is far below
+        scales = {"dg": self.s_dg, "dfc": self.s_dfc}
+        exact = {o: (v * scales[o]).float().nan_to_num_(0.0, 0.0, 0.0) for o, v in (("dg", dg), ("dfc", dfc))}
         for o, ex in exact.items():
-            self._bias_den[o] += float(torch.dot(ex.reshape(-1), ex.reshape(-1)))
+            self._bias_den[o] += float(torch.dot(ex.reshape(-1), ex.reshape(-1))) / scales[o] ** 2
         x32 = None if x is None else x.float()
         for name, values in paths.items():
             errs = []
             for (o, ex), value in zip(exact.items(), values):
-                err = (value - ex).nan_to_num_(0.0, 0.0, 0.0)
-                self._bias_num[o][name] += float(torch.dot(err.reshape(-1), ex.reshape(-1)))
+                err = value.mul_(scales[o]).sub_(ex).nan_to_num_(0.0, 0.0, 0.0)
+                self._bias_num[o][name] += float(torch.dot(err.reshape(-1), ex.reshape(-1))) / scales[o] ** 2
                 errs.append(err)
             sums = self._err_sums[name]
             for o, err, scale in zip(("g", "fc"), errs, (self.s_dg, self.s_dfc)):
-                part = {f"db_{o}": err.sum(0, keepdim=True)}
-                if x32 is not None:     # in FP32 on the power-of-two-scaled errors (the tiny profile's are ~2^-133)
-                    part[f"dw_{o}"] = (x32.t() @ (err * scale).float()).double() / scale
+                part = {f"db_{o}": err.sum(0, keepdim=True).double() / scale}
+                if x32 is not None:
+                    part[f"dw_{o}"] = (x32.t() @ err).double() / scale
                 for key, v in part.items():
                     sums[key] = v if key not in sums else sums[key] + v
             self._chunk_err[name] = errs
@@ -188,8 +191,9 @@ class TermSums:
         # the paths' dx bias: sum_mk (err_g w_g^T + err_fc w_fc^T) dx = sum_mn err_g (dx w_g) + err_fc (dx w_fc)
         self._bias_den["dx"] += float(r.double().square().sum()) / s_r ** 2
         for name, (err_g, err_fc) in self._chunk_err.items():
-            self._bias_num["dx"][name] += (float((err_g * rw_g.double()).sum()) / (s_r * self.s_wg)
-                                           + float((err_fc * rw_fc.double()).sum()) / (s_r * self.s_wfc))
+            self._bias_num["dx"][name] += (float(torch.dot(err_g.reshape(-1), rw_g.reshape(-1))) / (s_r * self.s_wg * self.s_dg)
+                                           + float(torch.dot(err_fc.reshape(-1), rw_fc.reshape(-1)))
+                                           / (s_r * self.s_wfc * self.s_dfc))
         shared = (float((var_g * rw_g * rw_g).sum(dtype=torch.float64)) * (ug / s_r) ** 2
                   + float((var_fc * rw_fc * rw_fc).sum(dtype=torch.float64)) * (ufc / s_r) ** 2)
         return RowTerms(abs=abs_g + abs_fc, var=var, products=half_g + half_fc,
