@@ -62,6 +62,12 @@ def from_json_number(value) -> float | None:
     return None
 
 
+# The process's umask, read once at import (reading it means setting it: at write time that
+# would briefly give every other thread's new files mode 0666).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """``text`` to ``path`` through a temporary file in the same folder and a rename: a reader sees
     the old file or the whole new one, never a part; a failed write leaves no temporary behind.
@@ -72,9 +78,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

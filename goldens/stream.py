@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+import operators
 from goldens.rounding import round_to
 from goldens.schedule import FP64_IDEAL, RoundingPlan, TiledSchedule
-from operators.swiglu_backward.terms import RowTerms, TermSums
-import operators
 
 # Rows per streaming chunk. At the article's case (M=220000, one backend) the comparison took
 # 192.9 s at 8192 rows, 127.2 s at 4096, 110.7 s at 2048 and 110.0 s at 1024, with peak RSS 4.36,
@@ -54,7 +53,7 @@ class RowBlock:
     start: int
     stop: int
     rows: dict[str, dict[str, torch.Tensor]]
-    terms: RowTerms | None = None
+    terms: object = None      # the operator's row term sums (SwiGLU: ``RowTerms``)
 
 
 @dataclass
@@ -139,7 +138,7 @@ class GoldenPass:
                                    and s.is_global), None)
             if self.reference is None:
                 raise ValueError("terms=True needs the FP64 global layer among the layers")
-        self.terms: TermSums | None = OPERATOR.golden.term_sums(inputs) if terms else None
+        self.terms = OPERATOR.golden.term_sums(inputs) if terms else None
         self.reductions: dict[str, dict[str, torch.Tensor]] = {}
         self._done = False
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from accuracy.ulp import bf16_spacing
+from goldens.rounding import round_to
 from operators.swiglu_backward import math as swiglu
 
 MIN_NORMAL = 2.0 ** -126
@@ -97,7 +98,16 @@ class TermSums:
         # the fitted scale's rounding bias of each legitimate dtype path, on this case's data
         # (``scale_bias``): per path, dg's and dfc's errors against the exact values, carried
         # linearly into db (column sums), dw (x^T err) and dx (err w^T, dotted with the exact rows)
-        self._paths = ("fp32", "stored_intermediates")
+        from dataclasses import replace
+
+        from goldens.schedule import BF16_FAITHFUL    # here: goldens.schedule imports this package
+        bf16 = torch.bfloat16
+        # dg's and dfc's legitimate dtype paths (``accuracy.allowance.LEGITIMATE_CHOICES``): FP32 math
+        # with only their stores, and PyTorch's, dy*fc and silu(g) stored first, in its operation order
+        self._path_plans = {"fp32": BF16_FAITHFUL,
+                            "stored_intermediates": replace(BF16_FAITHFUL.with_store(dy_fc=bf16, silu_g=bf16),
+                                                            dg_order="torch")}
+        self._paths = tuple(self._path_plans)
         self._bias_num = {o: dict.fromkeys(self._paths, 0.0) for o in ("dg", "dfc", "dx")}
         self._bias_den = {"dg": 0.0, "dfc": 0.0, "dx": 0.0}
         self._err_sums: dict = {p: {} for p in self._paths}   # path -> db_g, db_fc, dw_g, dw_fc error sums
@@ -112,7 +122,7 @@ class TermSums:
         s = swiglu.sigmoid(g)
         factor = swiglu.dg_factor(g, s)         # dg = (dy fc) factor
         silu = swiglu.silu(g, s)                # dfc = dy silu
-        self._add_path_bias(dy, g, fc, s, factor, silu, dg, dfc, x)
+        self._add_path_bias(dy, g, fc, dg, dfc, x)
         var = []
         for exact, scale, inter, times in ((dg, self.s_dg, dy * fc, factor), (dfc, self.s_dfc, silu, dy)):
             store = bf16_spacing((exact.abs() * (scale * STORE_BINADE_MARGIN)).float(), MIN_NORMAL * scale)
@@ -120,20 +130,15 @@ class TermSums:
             var.append(store.square_().add_(inter.square_()).div_(12))
         return var[0], var[1]
 
-    def _add_path_bias(self, dy, g, fc, s, factor, silu, dg, dfc, x) -> None:
+    def _add_path_bias(self, dy, g, fc, dg, dfc, x) -> None:
         """Round to nearest is biased on some data: the store of an exact product of two BF16
         values (dy * silu(g) once silu(g) is stored; dy * fc once sigmoid is 1 in FP32) rounds
         toward zero more often than away. Each legitimate path's dg and dfc are computed here in
-        FP32 as a kernel computes them (``operators.swiglu_backward.math``); their errors against
+        FP32 as a kernel computes them (``operators.swiglu_backward.math.elementwise``); their errors against
         the exact values are summed the way the fitted scale sums a kernel's, and carried into the
         reductions (``x``: the rows' BF16 x; without it dw's sums are not kept)."""
-        bf16 = torch.bfloat16
-
-        def rounded(t):
-            return t.to(bf16).float()
-        paths = {"fp32": (rounded((dy * fc) * factor), rounded(dy * silu)),
-                 "stored_intermediates": (rounded((rounded(dy * fc) * s) * (1 + g * (1 - s))),
-                                          rounded(dy * rounded(silu)))}
+        paths = {name: tuple(round_to(v, torch.bfloat16) for v in swiglu.elementwise(dy, g, fc, plan))
+                 for name, plan in self._path_plans.items()}
         # FP32 on values scaled by powers of two into (-1, 1] (exact; the tiny profile's are ~2^-124):
         # the sums are estimates of a bias of ~1e-4, FP32's 2^-24 rounding of the exact values is far below
         scales = {"dg": self.s_dg, "dfc": self.s_dfc}
