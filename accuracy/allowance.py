@@ -1,34 +1,29 @@
-"""The operator's legitimate internal choices, and the allowance each earns in the gate.
+"""The gate's allowance: what a correct kernel may add to the article's criterion, and the tail
+constant that turns a rounding model's variance into a per-element allowance.
 
 The gate compares every kernel with one reference, fixed by the operator: FP64 math from
 the BF16 inputs, each output rounded once to BF16 (``goldens.stream``'s FP64 layer). A
 correct kernel may differ from it by the article's rtol (one BF16 ULP: its own store and
-the reference's) plus what its legitimate internal choices add. A kernel's declaration
-never enters here; the allowance is the same for every backend.
+the reference's) plus what its legitimate internal choices add. The operator lists those
+choices and the model of each (``operators.<name>.gate``: SwiGLU's are in
+``operators.swiglu_backward.gate``); here is what every operator shares:
 
-Legitimate choices (``LEGITIMATE_CHOICES``) and their model, with u = 2^-8 (BF16 unit
-roundoff) and u32 = 2^-24:
+* an ``Allowance`` per output element, against the reference and against the kernel's own
+  upstream outputs, with the variances the aggregate tests read;
+* the reductions over M (``reduction``), from the reference's term sums that the operator's
+  golden keeps (``abs``, ``var``, ``prefix``, ``block``, ``floor_l1``, ``shared``): each term
+  carries up to two independent roundings, each uniform in +-half the BF16 spacing of the
+  value rounded (Higham & Mary, SIAM J. Sci. Comput. 41(5), 2019), adding in quadrature,
+  capped by the worst case 2 u sum|t|; any FP32 summation order whose partial sums stay within
+  the reference's running sums plus 8 canonical blocks (tiles of up to 8192 rows) adds
+  sum_j d_j S_j, |d_j| <= u32, sigma <= u32 sqrt(L/3) max|S_j|;
+* how far a kernel that follows a tiled schedule may be from that schedule's emulation
+  (``tile_chain``), for diagnosis.
 
-* math in FP32, either sigmoid form where it is finite: gamma_12(u32) relative (12 ops);
-* one intermediate stored in BF16 before dg / dfc (PyTorch stores dy*fc and silu(g)):
-  one more rounding, <= u |dg| (worst case; an element is not averaged);
-* dg / dfc used stored (BF16) or unrounded by db, dw and dx: each term of a reduction
-  carries up to two independent roundings (the intermediate and the store), each uniform
-  in +-half the BF16 spacing of the value rounded (the standard stochastic model, Higham &
-  Mary, SIAM J. Sci. Comput. 41(5), 2019): variance spacing^2 / 12 each, computed per term
-  from the reference's values (``operators.swiglu_backward.terms.TermSums.rounding_variance``). They add in
-  quadrature: sigma^2 = sum of those variances times the other operand's square. The worst
-  case 2 u sum|t| caps it (small M);
-* dx's two products stored in BF16 before their sum (PyTorch's dx): half the spacing of each
-  (worst case) in the element test, their uniform variance in the fitted scale's;
-* any FP32 summation order whose partial sums stay within the reference's running sums
-  plus 8 canonical blocks (tiles of up to 8192 rows): error sum_j d_j S_j, |d_j| <= u32,
-  sigma <= u32 sqrt(L/3) max|S_j|; for dx (no running sums) max|S_j| <= sum|t|.
-
-Not legitimate (they fail): BF16 math, BF16 cross-tile accumulation beyond what the
-element-wise allowance absorbs, flushing subnormals to zero (a platform that does it is
-recorded by ``accuracy.platform_facts`` and expected, conditioned on that fact), rounding
-toward zero, the article's sigmoid where it is NaN.
+Not legitimate for any operator (they fail): BF16 math, BF16 cross-tile accumulation beyond
+what the element-wise allowance absorbs, flushing subnormals to zero (a platform that does it
+is recorded by ``accuracy.platform_facts`` and expected, conditioned on that fact), rounding
+toward zero.
 
 The tail constant. Uniform rounding errors are strictly sub-Gaussian (variance proxy =
 variance), and so are their sums: P(|S| > c sigma) <= 2 exp(-c^2/2). A case run makes
@@ -50,14 +45,15 @@ from dataclasses import dataclass
 import torch
 
 import operators
-from operators.swiglu_backward.terms import MIN_NORMAL, RowTerms, TermSums
+from accuracy.ulp import MIN_NORMAL_EXP
+
+MIN_NORMAL = 2.0 ** MIN_NORMAL_EXP
 
 U_BF16 = 2.0 ** -8
 U_FP32 = 2.0 ** -24
 TAIL_SIGMAS = 7.5                 # the aggregate tests and the diagnosis' chain model
 FALSE_ALARM_PER_CASE = 1e-5
 ELEMENTWISE_CHECKS = 14
-ELEMENTWISE_OPS = 12
 # sum over 8 canonical blocks of |terms| bounds the partial sums inside a tile of up to 8192 rows
 ORDER_WINDOW_BLOCKS = 8
 # The rounding-direction test counts errors between 1/4 and 1 ULP, the size of a store's
@@ -78,23 +74,10 @@ SIGN_MAX_ULP = 1.0
 DIRECTION_BIAS = 0.25
 SCALE_BIAS = 1e-4
 
-LEGITIMATE_CHOICES = (
-    "FP32 math, stable or exp-ratio sigmoid where finite",
-    "dy*fc and silu(g) stored in BF16 before dg / dfc",
-    "db, dw, dx from dg / dfc as computed (FP32) or as stored (BF16)",
-    "dx's two products stored in BF16 before their sum",
-    "any FP32 summation order within tiles of up to 8192 rows",
-)
-
 
 def tail_sigmas(elements: int) -> float:
     """The element-wise checks' tail constant for an output of ``elements`` elements (see above)."""
     return math.sqrt(2 * math.log(2 * max(elements, 1) * ELEMENTWISE_CHECKS / FALSE_ALARM_PER_CASE))
-
-
-def gamma(k: int, u: float) -> float:
-    ku = k * u
-    return float("inf") if ku >= 1 else ku / (1 - ku)
 
 
 @dataclass
@@ -102,10 +85,11 @@ class Allowance:
     """Per element: ``vs_reference`` added to rtol |reference| + atol; ``vs_own`` likewise
     for the kernel's own downstream check. For the fitted scale's variance: ``noise_var``, the
     variance of a correct kernel's error beyond its own store that is independent per element,
-    and the part one rounded dg/dfc spreads over a whole column of dw (``shared_var`` per
-    column, to be weighted by the column's sum of squares, ``shared_axis`` 1) or row of dx
-    (``shared_total``, already summed; ``operators.swiglu_backward.terms``). ``direction``: whether the elements' errors are
-    independent, so that the rounding-direction count is a binomial one (dg, dfc, db)."""
+    and the part one rounded upstream value spreads over many output elements: a whole column
+    of a contraction (``shared_var`` per column, to be weighted by the column's sum of squares,
+    ``shared_axis`` 1; SwiGLU's dw) or rows of a row output (``shared_total``, already summed;
+    SwiGLU's dx). ``direction``: whether the elements' errors are independent, so that the
+    rounding-direction count is a binomial one (SwiGLU's dg, dfc, db)."""
     vs_reference: torch.Tensor
     vs_own: torch.Tensor | None
     noise_var: torch.Tensor
@@ -115,48 +99,31 @@ class Allowance:
     direction: bool = True
 
 
-def elementwise(reference: torch.Tensor) -> Allowance:
-    """dg, dfc: one intermediate BF16 store plus FP32 math."""
-    r = reference.double().abs()
-    allow = (U_BF16 + gamma(ELEMENTWISE_OPS, U_FP32)) * r + U_BF16 * MIN_NORMAL
-    return Allowance(allow, None, (U_BF16 ** 2 / 3) * (r * r + MIN_NORMAL ** 2))
-
-
-def _terms(var: torch.Tensor, worst: torch.Tensor, roundings: int, sigmas: float) -> torch.Tensor:
+def term_roundings(var: torch.Tensor, worst: torch.Tensor, roundings: int, sigmas: float) -> torch.Tensor:
     """The allowance of the terms' legitimate roundings: ``sigmas`` x their standard deviation,
-    capped by the worst case of ``roundings`` roundings per term. Against the kernel's own dg/dfc
-    (one rounding: the store it skipped or made) the variance of both roundings bounds it."""
+    capped by the worst case of ``roundings`` roundings per term. Against the kernel's own
+    upstream outputs (one rounding: the store it skipped or made) the variance of both bounds it."""
     return torch.minimum(sigmas * var.sqrt(), roundings * U_BF16 * worst)
 
 
-def reduction(terms: TermSums, output: str, length: int) -> Allowance:
-    """db_g, db_fc (terms dg over M rows) and dw_g, dw_fc (terms x dg over M rows)."""
+def reduction(terms, output: str, length: int) -> Allowance:
+    """A reduction over M rows: a sum of a row quantity (``sum_over_m``, SwiGLU's db) or an outer
+    product (``contraction``, SwiGLU's dw), from the reference's term sums (``terms``: the
+    operator golden's ``term_sums``)."""
     sigmas = tail_sigmas(terms.abs[output].numel())
     worst = terms.abs[output] + MIN_NORMAL * terms.floor_l1[output]
     var = terms.var[output]
     partial = terms.prefix[output] + ORDER_WINDOW_BLOCKS * terms.block[output]
     order_sigma = U_FP32 * math.sqrt(length / 3) * partial
     order = sigmas * order_sigma
-    ref_allow, own_allow = _terms(var, worst, 2, sigmas) + order, _terms(var, worst, 1, sigmas) + order
-    if operators.get().output(output).kind == "sum_over_m":    # each db element has its own column of dg: independent
+    ref_allow, own_allow = term_roundings(var, worst, 2, sigmas) + order, term_roundings(var, worst, 1, sigmas) + order
+    if operators.get().output(output).kind == "sum_over_m":    # each element sums its own column of terms: independent
         return Allowance(ref_allow, own_allow, var + order_sigma ** 2)
     return Allowance(ref_allow, own_allow, order_sigma ** 2,
                      shared_var=terms.shared[output].reshape(-1), shared_axis=1, direction=False)
 
 
-def dx(rows: RowTerms, floor_l1: torch.Tensor, n: int, elements: int) -> Allowance:
-    """dx: 2N terms dg w_g^T + dfc w_fc^T per element, optionally two stored products; ``elements``
-    is dx's size (M x K), which sets the tail constant. The two products' roundings are taken at
-    their worst case (half a spacing each): with only two of them a tail bound would exceed it."""
-    sigmas = tail_sigmas(elements)
-    worst = rows.abs + MIN_NORMAL * floor_l1
-    order_sigma = U_FP32 * math.sqrt(2 * n / 3) * rows.abs
-    extra = sigmas * order_sigma + rows.products
-    return Allowance(_terms(rows.var, worst, 2, sigmas) + extra, _terms(rows.var, worst, 1, sigmas) + extra,
-                     order_sigma ** 2 + rows.products_var, shared_total=rows.shared, direction=False)
-
-
-def tile_chain(terms: TermSums, output: str, base: torch.Tensor, tiles: int, tile_rows: int,
+def tile_chain(terms, output: str, base: torch.Tensor, tiles: int, tile_rows: int,
                accumulator_unit_roundoff: float) -> torch.Tensor:
     """How far a kernel that follows a tiled schedule may legitimately be from that schedule's
     emulation, for db / dw: its FP32 tile partials differ from the emulation's in the last bits
@@ -164,7 +131,7 @@ def tile_chain(terms: TermSums, output: str, base: torch.Tensor, tiles: int, til
     rounding by up to one ULP of the running sum, which every later add carries. Model: each of
     the ``tiles`` casts and adds moves the difference by a step uniform in +-1 ULP of the value
     rounded, the running sum or the tile's partial, B <= prefix + (tile_rows / 1024) x max |block
-    sum| (``operators.swiglu_backward.terms``), independently: sigma = 2 u_acc B sqrt(2 tiles / 3);
+    sum| (the operator's term sums), independently: sigma = 2 u_acc B sqrt(2 tiles / 3);
     plus ``base``, the per-term allowance of one rounding (``reduction(...).vs_own``). ``tests/mutants/
     test_gate_power.py`` replays an ensemble of valid FP32 partial orders through the article's
     chain and checks every member is within this allowance, and the tiling mutants are not."""

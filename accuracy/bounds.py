@@ -9,15 +9,15 @@ schedule; the reduction length is always an argument, stated by the caller.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from goldens.schedule import TiledSchedule
+if TYPE_CHECKING:                   # goldens.schedule imports the operator, whose gate imports this module
+    from goldens.schedule import TiledSchedule
 
 UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24,
                  torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
-# dg = (dy*fc) * s*(1 + g*(1-s)) with s = sigmoid(g): about 8 roundings in the math dtype,
-# plus sigmoid's own (exp, add, divide): 12 covers both forms.
-ELEMENTWISE_OPS = 12
 
 
 def unit_roundoff(dtype: torch.dtype | None) -> float:
@@ -44,39 +44,26 @@ def accumulation_bound(partials_abs: torch.Tensor, tiles: int, u_acc: float, u_m
     return rel * partials_abs
 
 
-def elementwise_bound(exact: torch.Tensor, sched: TiledSchedule, point: str) -> torch.Tensor:
-    """dg / dfc: ELEMENTWISE_OPS roundings in the math dtype, then the store."""
-    plan = sched.plan
-    return (gamma(ELEMENTWISE_OPS, unit_roundoff(plan.math)) + unit_roundoff(plan.rounding(point))) * exact.abs()
-
-
 def reduction_bound(abs_terms: torch.Tensor, exact: torch.Tensor, *, length: int, sched: TiledSchedule,
-                    kernel: str, inputs_stored: str | None, output: str) -> torch.Tensor:
+                    kernel: str, inputs_stored: str | None, output: str,
+                    elementwise_ops: int = 0) -> torch.Tensor:
     """A sum of ``length`` terms (rows of M for db/dw) done as the schedule does it:
     per-tile partials in the math dtype, cast to the accumulator and added across
     n_tiles tiles, then stored.
 
     bound = [gamma_len(u_math) + u_in + gamma_ops(u_math) + u_acc + gamma_{T-1}(u_acc)] * sum|terms|
             + u_store * |exact|
-    u_in is the rounding of stored inputs (dg/dfc stored in BF16 before the w kernel reads them);
-    u_acc the cast of each partial; T the number of tiles.
+    u_in is the rounding of stored inputs (SwiGLU's dg/dfc stored in BF16 before the w kernel
+    reads them); ops = ``elementwise_ops``, the math-dtype roundings of each term before it is
+    summed (the operator's element-wise math); u_acc the cast of each partial; T the number of
+    tiles. ``kernel``: the kernel whose tiles and accumulator cut the sum; ``output``: the
+    rounding plan's point of its store.
     """
     plan = sched.plan
     u_math = unit_roundoff(plan.math)
     u_acc = accumulator_roundoff(sched, kernel)
     n_tiles = sched.n_tiles(length, kernel)
     u_in = unit_roundoff(plan.rounding(inputs_stored)) if inputs_stored else 0.0
-    relative = (gamma(length, u_math) + u_in + gamma(ELEMENTWISE_OPS, u_math)
+    relative = (gamma(length, u_math) + u_in + gamma(elementwise_ops, u_math)
                 + (u_acc if n_tiles > 1 else 0.0) + gamma(max(n_tiles - 1, 0), u_acc))
     return relative * abs_terms + unit_roundoff(plan.rounding(output)) * exact.abs()
-
-
-def dx_bound(abs_terms: torch.Tensor, exact: torch.Tensor, *, length: int, sched: TiledSchedule) -> torch.Tensor:
-    """dx = dg w_g^T + dfc w_fc^T: two dot products of length N (stored BF16 dg/dfc
-    in, math-dtype accumulation), each optionally rounded, then their sum and the store.
-    ``abs_terms`` = |dg| |w_g|^T + |dfc| |w_fc|^T."""
-    plan = sched.plan
-    u_math = unit_roundoff(plan.math)
-    relative = (gamma(length, u_math) + unit_roundoff(plan.rounding("dg")) + gamma(ELEMENTWISE_OPS, u_math)
-                + unit_roundoff(plan.rounding("dx_product")) + u_math)
-    return relative * abs_terms + unit_roundoff(plan.rounding("dx")) * exact.abs()

@@ -4,10 +4,13 @@ For each backend x output x golden layer one ``ErrorStats`` is filled chunk by
 chunk. What the gate reads is the same for every backend, whatever it declares:
 
     reference  FP64 from the BF16 inputs, each output rounded once to BF16, with the
-               allowance of the operator's legitimate choices (``accuracy.allowance``)
-               and the aggregate tests' sums (fitted scale, rounding direction);
-    own        db, dw, dx recomputed from the kernel's own stored dg, dfc: an accumulation
-               or tiling bug shows there without the amplification of a cancelling sum.
+               allowance of the operator's legitimate choices (``accuracy.allowance``,
+               ``operators.<name>.gate``) and the aggregate tests' sums (fitted scale,
+               rounding direction);
+    own        the downstream outputs recomputed from the kernel's own upstream outputs
+               (SwiGLU: db, dw, dx from its stored dg, dfc; ``operators.<name>.gate.own``):
+               an accumulation or tiling bug shows there without the amplification of a
+               cancelling sum.
 
 The layers of the backend's declared schedule (faithful, tiled) serve diagnosis: the
 FP64 comparisons carry the rounding-model bound of that schedule, and the goldens
@@ -29,17 +32,19 @@ from collections.abc import Mapping
 import torch
 
 from accuracy import allowance
-from accuracy.bounds import dx_bound, elementwise_bound, reduction_bound, unit_roundoff
+from accuracy.bounds import unit_roundoff
 from accuracy.metrics import SLICE_ELEMENTS, ErrorStats
 from accuracy.tolerances import TOLERANCES, Tolerance
 from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
 from goldens.rounding import round_to
 from goldens.stream import DEFAULT_CHUNK_ROWS, REDUCTION_BLOCK, GoldenPass
-from kernels.contract import OPERATOR, OUTPUT_NAMES, ROW_OUTPUTS, dims, output_shapes
+from kernels.contract import OPERATOR, OUTPUT_NAMES, ROW_OUTPUTS
+from operators.declaration import ROUNDED_TERMS
 
 REFERENCE = "reference"      # the gated golden: FP64 from the BF16 inputs, each output rounded once
-OWN = "own"                  # db, dw, dx recomputed from the kernel's own stored dg, dfc
-OWN_OUTPUTS = ("db_g", "db_fc", "dw_g", "dw_fc", "dx")
+OWN = "own"                  # recomputed from the kernel's own upstream outputs (``gate.own``)
+# the outputs the operator recomputes from a kernel's own upstream outputs
+OWN_OUTPUTS = tuple(OPERATOR.gate.OWN_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -89,8 +94,7 @@ def reference_rows(inputs: Mapping[str, torch.Tensor], tolerances: Mapping[str, 
     judged: each row output's reference rms (the magnitude-aware atol, so that every mismatch is
     counted exactly as it streams past), and the reference's own msprobe metrics against FP64 (the
     floor of the dual verdict's ratios, ``accuracy.dual``)."""
-    m, k, n = dims(inputs)
-    shapes = output_shapes(m, k, n)
+    shapes = OPERATOR.output_shapes(OPERATOR.sizes(inputs))
     sums = {o: [0.0, 0] for o in ROW_OUTPUTS}
     ideal = {o: ErrorStats(tolerances[o], shapes[o], dual_only=True) for o in ROW_OUTPUTS}
     for block in GoldenPass(inputs, {"fp64": FP64_GLOBAL}, chunk_rows=chunk_rows, reductions=False).blocks():
@@ -110,20 +114,6 @@ def _tiles_and_accumulator(output: str, sched: TiledSchedule, m: int) -> tuple[i
     return sched.n_tiles(m, kernel), sched.tile_m(kernel) or m, unit_roundoff(acc)
 
 
-def _bound(name: str, exact: torch.Tensor, abs_terms: torch.Tensor | None, sched: TiledSchedule,
-           m: int, n: int) -> torch.Tensor:
-    if name in ("dg", "dfc"):
-        return elementwise_bound(exact, sched, name)
-    if name == "dx":
-        return dx_bound(abs_terms, exact, length=n, sched=sched)   # reduction over N, twice, then a sum
-    if OPERATOR.output(name).kind == "sum_over_m":
-        return reduction_bound(abs_terms, exact, length=m, sched=sched, kernel="b",
-                               inputs_stored=None, output="db")   # reduction over M rows
-    stored = "dg" if name == "dw_g" else "dfc"
-    return reduction_bound(abs_terms, exact, length=m, sched=sched, kernel="w",
-                           inputs_stored=stored, output="dw")      # reduction over M rows
-
-
 def _update_gated(st: ErrorStats, actual: torch.Tensor, exact: torch.Tensor, reference: torch.Tensor,
                   model: "allowance.Allowance", row_offset: int = 0) -> None:
     """The gated comparison: against the reference (``exact`` rounded once to BF16) with the
@@ -134,19 +124,19 @@ def _update_gated(st: ErrorStats, actual: torch.Tensor, exact: torch.Tensor, ref
 
 
 class _OwnSums:
-    """db and dw of one backend recomputed from its own stored dg, dfc (FP32, canonical blocks)."""
+    """The reductions of one backend recomputed from its own upstream outputs (the operands of
+    ``gate.own``), summed in FP32 per canonical block like the golden's."""
 
     def __init__(self):
         self.sums: dict[str, torch.Tensor] = {}
 
-    def add(self, x: torch.Tensor, dg: torch.Tensor, dfc: torch.Tensor, start: int, stop: int) -> None:
-        for a in range(start, stop, REDUCTION_BLOCK):
-            b = min(a + REDUCTION_BLOCK, stop)
-            xs = x[a:b].float().t()
-            dgs, dfcs = dg[a:b].float(), dfc[a:b].float()
-            parts = {"db_g": dgs.sum(0, keepdim=True), "db_fc": dfcs.sum(0, keepdim=True),
-                     "dw_g": xs @ dgs, "dw_fc": xs @ dfcs}
-            for o, part in parts.items():
+    def add(self, operands: Mapping[str, tuple[torch.Tensor | None, torch.Tensor]]) -> None:
+        """``operands``: per reduction, ``(None, rhs)`` (a sum over rows) or ``(lhs, rhs)``
+        (lhs^T rhs) over a chunk whose first row is a block edge."""
+        for o, (lhs, rhs) in operands.items():
+            for a in range(0, rhs.shape[0], REDUCTION_BLOCK):
+                b = min(a + REDUCTION_BLOCK, rhs.shape[0])
+                part = rhs[a:b].sum(0, keepdim=True) if lhs is None else lhs[a:b].t() @ rhs[a:b]
                 if o in self.sums:
                     self.sums[o] += part
                 else:
@@ -158,13 +148,14 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                  chunk_rows: int = DEFAULT_CHUNK_ROWS, diagnose: bool = True) -> dict:
     """``outputs[backend]`` are validated backend outputs; ``schedules[backend]`` the schedule
     each backend declares (its faithful and tiled goldens, for diagnosis). Every backend is gated
-    against the same reference with the same allowance (``accuracy.allowance``), and its db, dw
-    and dx against its own dg, dfc; the verdict reads nothing else, so ``diagnose=False`` (no
+    against the same reference with the same allowance (``accuracy.allowance``), and its
+    downstream outputs against its own upstream ones (``OWN_OUTPUTS``); the verdict reads nothing else, so ``diagnose=False`` (no
     faithful or tiled layers, a third of the work) gives the same verdicts. Returns ``{"backends": {backend: {output: {golden: metrics}}},
     "goldens": {GoldenPair: {output: metrics}}, "ideal": {output: metrics of the reference vs FP64},
     "attribution": {backend: {output: {...}}}}``."""
-    m, k, n = dims(inputs)
-    shapes = output_shapes(m, k, n)
+    sizes = OPERATOR.sizes(inputs)
+    m = sizes[OPERATOR.dims[0]]
+    shapes = OPERATOR.output_shapes(sizes)
     layers = {"fp64": FP64_GLOBAL}
     pairs: list[GoldenPair] = []   # the goldens compared with each other
     for sched in (schedules.values() if diagnose else ()):
@@ -201,28 +192,38 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     for o in ROW_OUTPUTS:
         add_output(o)
     own_sums = {b: _OwnSums() for b in outputs}
-    w_g, w_fc = inputs["w_g"].float(), inputs["w_fc"].float()
+    gate = OPERATOR.gate
+    weights = {name: inputs[name].float() for name in OPERATOR.input_names if name not in OPERATOR.row_inputs}
 
     shared_rows: set = set()   # (backend, output) whose tiled rows are the faithful rows
     for block in golden_pass.blocks():
-        dx_model = allowance.dx(block.terms, terms.dx_floor_l1, n, m * k)
+        models: dict[str, allowance.Allowance] = {}
+
+        def model_of(o: str) -> allowance.Allowance:
+            if o not in models:
+                models[o] = gate.row_allowance(o, block.rows["fp64"][o], block.terms, terms, sizes)
+            return models[o]
+
+        raw = {name: inputs[name][block.start:block.stop] for name in OPERATOR.row_inputs}
         for b, kernel_out in outputs.items():
-            dg_k = kernel_out["dg"][block.start:block.stop]
-            dfc_k = kernel_out["dfc"][block.start:block.stop]
-            own_sums[b].add(inputs["x"], kernel_out["dg"], kernel_out["dfc"], block.start, block.stop)
-            own_dx = dg_k.float() @ w_g.t() + dfc_k.float() @ w_fc.t()
-            per_backend[b]["dx"][OWN].update(kernel_out["dx"][block.start:block.stop], own_dx,
-                                             row_offset=block.start, allowance=dx_model.vs_own)
+            kernel_rows = {o: kernel_out[o][block.start:block.stop] for o in ROW_OUTPUTS}
+            own = gate.own(raw, weights, kernel_rows)
+            own_sums[b].add(own.operands)
+            for o, recomputed in own.rows.items():
+                per_backend[b][o][OWN].update(kernel_rows[o], recomputed, row_offset=block.start,
+                                              allowance=model_of(o).vs_own)
         for o in ROW_OUTPUTS:
             exact = block.rows["fp64"][o]
             reference = round_to(exact, torch.bfloat16)
-            model = dx_model if o == "dx" else allowance.elementwise(exact)
+            model = model_of(o)
+            rounded = o + ROUNDED_TERMS
             for b, kernel_out in outputs.items():
                 actual = kernel_out[o][block.start:block.stop]
                 _update_gated(per_backend[b][o][REFERENCE], actual, exact, reference, model, block.start)
-                bound = _bound(o, exact, block.terms.abs, schedules[b], m, n)
-                # the diagnosis layers: one rounding of a stored term may flip (dx), nothing over M
-                noise = dx_model.vs_own if o == "dx" else None
+                bound = gate.bound(o, exact, block.terms.abs, schedules[b], sizes)
+                # the diagnosis layers: one rounding of a stored term may flip (the operator's
+                # allowance against its own upstream outputs), nothing over M
+                noise = model.vs_own
                 names = golden_layers(schedules[b], diagnose)
                 for g in names:
                     if g == REFERENCE:
@@ -232,7 +233,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                     if g == "tiled" and golden is block.rows[names["faithful"]]:
                         continue   # same dtype path, same rows: the faithful stats serve (copied below)
                     st.update(actual, golden[o], bound if g == "fp64" else None, row_offset=block.start,
-                              rounded_terms=golden.get("dx_rounded_terms") if o == "dx" else None,
+                              rounded_terms=golden.get(rounded),
                               allowance=noise if g != "fp64" else None)
                     if g == "faithful":
                         shared_rows.add((b, o))
@@ -240,8 +241,8 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                 a, b = block.rows[pair.layer], block.rows[pair.reference]
                 if a is b:
                     continue   # identical rows: nothing to compare, the stats record zero error
-                between[pair][o].update(a[o], b[o], row_offset=block.start,
-                                        rounded_terms=b.get("dx_rounded_terms") if o == "dx" else None)
+                between[pair][o].update(a[o], b[o], row_offset=block.start, rounded_terms=b.get(rounded))
+            models.pop(o)
 
     red = golden_pass.reductions
     for o in OUTPUT_NAMES:
@@ -257,7 +258,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
         for b, kernel_out in outputs.items():
             _update_gated(per_backend[b][o][REFERENCE], kernel_out[o], exact, reference, model)
             per_backend[b][o][OWN].update(kernel_out[o], own_sums[b].sums[o], allowance=model.vs_own)
-            bound = _bound(o, exact, terms.abs[o], schedules[b], m, n)
+            bound = gate.bound(o, exact, terms.abs[o], schedules[b], sizes)
             names = golden_layers(schedules[b], diagnose)
             for g in names:
                 if g == REFERENCE:

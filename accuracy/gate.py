@@ -32,7 +32,7 @@ class Verdict:
     elementwise_passed: bool = True
     scale_passed: bool | None = None        # fitted scale beta within the model's noise
     direction_passed: bool | None = None    # errors as often toward zero as away from it
-    own_passed: bool | None = None          # db, dw, dx consistent with the kernel's own dg, dfc
+    own_passed: bool | None = None          # downstream outputs consistent with its own upstream ones
 
 
 def _idx(index) -> str:
@@ -72,22 +72,21 @@ def _aggregate_lines(agg: Mapping, scale_ok: bool, direction_ok: bool) -> list[s
 
 
 def _own_lines(own: Mapping, output: str) -> list[str]:
-    kind = OPERATOR.output(output).kind
-    source = {"sum_over_m": "sum of its own dg/dfc over M", "contraction": "x^T times its own stored dg/dfc"}.get(
-        kind, "its own dg w_g^T + dfc w_fc^T")
+    source = OPERATOR.gate.OWN_SOURCE[output]
     w = own["worst"][0] if own["worst"] else None
     where = (f"; worst at {_idx(w['index'])}: kernel {w['actual']:.6g}, recomputed {w['expected']:.6g}"
              if w else "")
     return [f"Inconsistent with its own upstream outputs: {own['mismatches']} / {own['numel']} elements differ "
             f"from the {source} beyond the allowance{where}: an accumulation, tiling or indexing error "
-            f"downstream of dg/dfc"]
+            f"downstream of {OPERATOR.gate.UPSTREAM}"]
 
 
 def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", backend: str = "?",
             attribution: Mapping | None = None, own: Mapping | None = None) -> Verdict:
     """Pass = no element outside rtol x |reference| + atol + allowance, the fitted scale and the
-    rounding direction within the noise of a correct kernel, and (db, dw, dx) consistency with
-    the kernel's own dg, dfc (``own``: the metrics against them)."""
+    rounding direction within the noise of a correct kernel, and, for a downstream output
+    (SwiGLU's db, dw, dx), consistency with the kernel's own upstream outputs (``own``: the
+    metrics against them)."""
     mism = metrics["mismatches"]
     elementwise_ok = mism == 0
     scale_ok, direction_ok = aggregate_checks(metrics)

@@ -1,6 +1,6 @@
 """The lowest element-wise detection floor any gate can have without false alarms, per case.
 
-Correct kernels differ by their legitimate roundings (``accuracy.allowance.LEGITIMATE_CHOICES``):
+Correct kernels differ by their legitimate roundings (``operators.swiglu_backward.gate.LEGITIMATE_CHOICES``):
 PyTorch's autograd sums the stored BF16 dg into db and multiplies it into dx, the article's b
 kernel sums dg before the store, a kernel may store dy*fc or silu(g) before dg / dfc, and
 PyTorch stores dx's two products before adding them. Any element-wise test must pass all of

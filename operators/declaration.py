@@ -33,6 +33,12 @@ class ChunkGolden:
     row_terms: object = None
 
 
+# A row output's companion in ``ChunkGolden.rows``: f"{output}{ROUNDED_TERMS}" holds, per element,
+# the sum of |the terms the plan stores before adding them| (one rounding flip of a stored term
+# moves the output by one ULP of that term; the diagnosis layers allow it).
+ROUNDED_TERMS = "_rounded_terms"
+
+
 @dataclass(frozen=True)
 class TensorDecl:
     """A named tensor whose shape is a tuple of the operator's dimension names (or the literal 1)."""
@@ -70,6 +76,7 @@ class Operator:
     outputs: tuple[OutputDecl, ...]
     sizes_from: Mapping[str, tuple[str, int]]
     golden: object = None         # the module with ``chunk`` and ``term_sums`` (see operators/swiglu_backward/golden.py)
+    gate: object = None           # the module with ``row_allowances``, ``bound``, ``own`` (operators/swiglu_backward/gate.py)
     scales: Mapping = None        # scale profile name -> inputs drawn from (generator, *dimension sizes)
     m_edges: tuple = ()           # the matrix's M axis
     shapes: tuple = ()            # the matrix's other dimensions, each a tuple of their sizes

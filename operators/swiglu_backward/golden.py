@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import torch
 
 from goldens.rounding import round_to
-from operators.declaration import ChunkGolden
+from operators.declaration import ROUNDED_TERMS, ChunkGolden
 from operators.swiglu_backward.math import elementwise
 from operators.swiglu_backward.terms import TermSums
 
@@ -44,7 +44,7 @@ def chunk(rows: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor],
         out["dx"] = dx = round_to(p_g + p_fc, plan.rounding("dx"))
         if plan.rounding("dx_product") is not None:
             # a rounding flip at a stored product moves dx by one ULP of the product
-            out["dx_rounded_terms"] = p_g.abs() + p_fc.abs()
+            out["dx" + ROUNDED_TERMS] = p_g.abs() + p_fc.abs()
     row_terms = None
     if terms is not None:
         var_g, var_fc = terms.rounding_variance(raw["dy"], raw["g"], raw["fc"], dg_m, dfc_m, raw["x"])

@@ -102,7 +102,7 @@ class TermSums:
 
         from goldens.schedule import BF16_FAITHFUL    # here: goldens.schedule imports this package
         bf16 = torch.bfloat16
-        # dg's and dfc's legitimate dtype paths (``accuracy.allowance.LEGITIMATE_CHOICES``): FP32 math
+        # dg's and dfc's legitimate dtype paths (``operators.swiglu_backward.gate.LEGITIMATE_CHOICES``): FP32 math
         # with only their stores, and PyTorch's, dy*fc and silu(g) stored first, in its operation order
         self._path_plans = {"fp32": BF16_FAITHFUL,
                             "stored_intermediates": replace(BF16_FAITHFUL.with_store(dy_fc=bf16, silu_g=bf16),
