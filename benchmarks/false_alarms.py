@@ -45,7 +45,7 @@ from cases import expectations                                           # noqa:
 from cases.evaluate import declared_schedule                             # noqa: E402
 from cases.matrix import quick_cases                                     # noqa: E402
 from cases.spec import CaseSpec, make_inputs                             # noqa: E402
-from goldens.schedule import TiledSchedule                               # noqa: E402
+from operators.swiglu_backward.schedule import TiledSchedule                               # noqa: E402
 from goldens.stream import DEFAULT_CHUNK_ROWS                            # noqa: E402
 from kernels import plain                                                # noqa: E402
 from kernels.mutants import CORRECT, MUTANTS                             # noqa: E402

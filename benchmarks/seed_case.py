@@ -92,7 +92,7 @@ def work(stage: str, m: int, k: int, n: int) -> dict:
 def run_stage(stage: str, m: int, k: int, n: int) -> dict:
     from accuracy.compare import compare_case
     from cases.spec import CaseSpec, make_inputs
-    from goldens.schedule import FAITHFUL_GLOBAL, FP64_GLOBAL
+    from operators.swiglu_backward.schedule import FAITHFUL_GLOBAL, FP64_GLOBAL
     from goldens.stream import GoldenPass
     from kernels.pypto.schedule import ARTICLE
     from kernels.torch_autograd import TORCH_BF16, torch_eager

@@ -16,9 +16,8 @@ from accuracy.determinism import same_bits, compare_runs
 from accuracy.dual import DEFAULT_BENCHMARK, DualVerdict, dual_verdicts
 from accuracy.gate import Verdict, gated_verdicts
 from cases.spec import CaseSpec, make_inputs
-from goldens.schedule import TiledSchedule
+from goldens.schedule import SCHEDULE_TYPE, TiledSchedule, default_schedule
 from goldens.stream import DEFAULT_CHUNK_ROWS
-from kernels.pypto.schedule import ARTICLE
 from kernels.registry import Backend
 from kernels.isolated import can_isolate, run_isolated
 from kernels.runner import BackendRun, run_backend
@@ -33,10 +32,11 @@ def declared_schedule(backend: Backend) -> TiledSchedule:
     A declaration of another type is an error, never silently replaced."""
     sched = getattr(backend.fn, "schedule", None)
     if sched is None:
-        return ARTICLE
-    if not isinstance(sched, TiledSchedule):
+        return default_schedule()
+    if not isinstance(sched, SCHEDULE_TYPE):
         raise ScheduleError(f"backend {backend.name!r}: fn.schedule is {type(sched).__name__} ({sched!r:.80}), "
-                            f"expected a goldens.schedule.TiledSchedule (or no attribute: the article's)")
+                            f"expected a {SCHEDULE_TYPE.__module__}.{SCHEDULE_TYPE.__name__} "
+                            f"(or no attribute: the article's)")
     return sched
 
 

@@ -1,139 +1,59 @@
-"""The kernel's dtype path and loop schedule, declared as data.
+"""A kernel's dtype path and loop schedule, as the framework reads them.
 
-Two records describe a kernel variant without new code:
+An operator declares its own schedule type (``Operator.schedules``; SwiGLU backward's is
+``operators.swiglu_backward.schedule``): its kernels, tiles and rounding points are its own.
+The goldens, the gate and the reports read only this protocol:
 
-* ``RoundingPlan`` says where the kernel rounds (stores) and to what dtype;
-  ``None`` at a point means the value stays in the math dtype. The
-  BF16-faithful golden and the tiled emulation both follow it.
-* ``TiledSchedule`` adds the loop over M: tile_m per kernel and the dtype in
-  which the cross-tile accumulation of db and dw happens (the output buffer's
-  dtype when the kernel does ``out[:] = out + cast(partial)``).
+* ``RoundingPlan``: ``math`` (the dtype the math runs in) and ``rounding(point)`` (the dtype a
+  named point of the operator's data flow is stored in, ``None`` where the value stays in the
+  math dtype); the operator's golden reads whatever else its plan carries;
+* ``TiledSchedule``: ``name``, ``plan``, ``tile_m(kernel)`` (rows per tile of the kernel that
+  reduces over M; ``None``: one global sum), ``accumulator(kernel)`` (the dtype its cross-tile
+  accumulation adds in), ``n_tiles(m, kernel)``, ``is_global`` and ``summed_globally(name)``
+  (the same dtype path with every reduction one sum in the math dtype).
 
-A kernel's schedule lives next to the kernel (``kernels/pypto/schedule.py``
-for the article's operator); goldens only read it.
+And from the operator's module: ``FP64_GLOBAL`` (the reference: FP64 math from the BF16
+inputs, nothing stored, global sums), ``FAITHFUL_GLOBAL``, ``faithful_schedule(plan)`` (the
+BF16-faithful golden of a dtype path) and ``default_schedule()`` (a backend that declares none).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
 
 import torch
 
-from operators.swiglu_backward.math import SIGMOID_FORMS
+import operators
 
-# The points where the operator's dtype path can round, in data-flow order.
-ROUNDING_POINTS = (
-    "dy_fc",       # dy * fc, when a framework materialises it (autograd's grad of silu(g))
-    "silu_g",      # g * sigmoid(g), likewise (autograd's saved forward output)
-    "dg",          # b kernel stores dg; w and x kernels read the stored value
-    "dfc",         # likewise dfc
-    "db",          # db_g / db_fc output store
-    "dw",          # dw_g / dw_fc output store
-    "dx_product",  # each of dg @ w_g^T and dfc @ w_fc^T before their sum
-    "dx",          # dx output store
-)
+_SCHEDULES = operators.get().schedules
 
 
-@dataclass(frozen=True)
-class RoundingPlan:
-    """Where values are rounded, and in which dtype the math runs.
+@runtime_checkable
+class RoundingPlan(Protocol):
+    math: torch.dtype
 
-    ``sigmoid``: ``"stable"`` (torch.sigmoid) or ``"exp_ratio"``
-    (exp(g) / (1 + exp(g)), the article's form, NaN for g above ~88.7 in FP32).
-    """
-    math: torch.dtype = torch.float32
-    store: dict = field(default_factory=lambda: {
-        "dy_fc": None, "silu_g": None, "dg": torch.bfloat16, "dfc": torch.bfloat16, "db": torch.bfloat16,
-        "dw": torch.bfloat16, "dx_product": None, "dx": torch.bfloat16})
-    sigmoid: str = "stable"
-    # db sums dg/dfc as computed ("math", the article's b kernel) or as stored ("stored",
-    # a framework that materialises dg in BF16 first, as PyTorch autograd does)
-    db_input: str = "math"
-    # dg's multiplication order: "article" = (dy*fc) * (s*(1 + g*(1-s))), the b kernel's;
-    # "torch" = ((dy*fc) * s) * (1 + g*(1-s)), autograd's silu_backward (measured bit for bit)
-    dg_order: str = "article"
-
-    def __post_init__(self):
-        if self.dg_order not in ("article", "torch"):
-            raise ValueError(f"dg_order must be 'article' or 'torch', got {self.dg_order!r}")
-        if self.db_input not in ("math", "stored"):
-            raise ValueError(f"db_input must be 'math' or 'stored', got {self.db_input!r}")
-        unknown = set(self.store) - set(ROUNDING_POINTS)
-        if unknown:
-            raise ValueError(f"unknown rounding points {sorted(unknown)}; known: {ROUNDING_POINTS}")
-        if self.sigmoid not in SIGMOID_FORMS:
-            raise ValueError(f"sigmoid must be one of {SIGMOID_FORMS}, got {self.sigmoid!r}")
-
-    def rounding(self, point: str) -> torch.dtype | None:
-        return self.store.get(point)
-
-    def with_store(self, **points: torch.dtype | None) -> "RoundingPlan":
-        return replace(self, store={**self.store, **points})
+    def rounding(self, point: str) -> torch.dtype | None: ...
 
 
-KERNELS = ("b", "w", "x")   # the operator's kernels that loop over M
+@runtime_checkable
+class TiledSchedule(Protocol):
+    name: str
+    plan: RoundingPlan
 
+    def tile_m(self, kernel: str) -> int | None: ...
 
-@dataclass(frozen=True)
-class TiledSchedule:
-    """The kernel's loop over M. Tile sizes in rows (``None``: one global
-    reduction over all M rows); accumulators are the dtypes the per-tile partials
-    are cast to and added in, tile by tile in loop order."""
-    name: str = "article"
-    tile_m_b: int | None = 1024
-    tile_m_w: int | None = 2048
-    tile_m_x: int | None = 1024
-    db_accumulator: torch.dtype = torch.bfloat16
-    dw_accumulator: torch.dtype = torch.bfloat16
-    plan: RoundingPlan = field(default_factory=RoundingPlan)
+    def accumulator(self, kernel: str) -> torch.dtype: ...
 
-    def __post_init__(self):
-        for name in ("tile_m_b", "tile_m_w", "tile_m_x"):
-            tile = getattr(self, name)
-            if tile is not None and tile < 1:
-                raise ValueError(f"{name} must be >= 1 or None (global), got {tile}")
-
-    def tile_m(self, kernel: str) -> int | None:
-        return {"b": self.tile_m_b, "w": self.tile_m_w, "x": self.tile_m_x}[kernel]
-
-    def accumulator(self, kernel: str) -> torch.dtype:
-        """The dtype a kernel's cross-tile accumulation adds in (the math dtype where it has none)."""
-        return {"b": self.db_accumulator, "w": self.dw_accumulator}.get(kernel, self.plan.math)
+    def n_tiles(self, m: int, kernel: str) -> int: ...
 
     @property
-    def is_global(self) -> bool:
-        """No kernel tiles M: every reduction is one sum over all rows."""
-        return all(self.tile_m(k) is None for k in KERNELS)
+    def is_global(self) -> bool: ...
 
-    def summed_globally(self, name: str) -> "TiledSchedule":
-        """The same dtype path without tiles: each reduction one sum in the math dtype."""
-        return replace(self, name=name, tile_m_b=None, tile_m_w=None, tile_m_x=None,
-                       db_accumulator=self.plan.math, dw_accumulator=self.plan.math)
-
-    def n_tiles(self, m: int, kernel: str) -> int:
-        tile = self.tile_m(kernel)
-        return 1 if tile is None else -(-m // tile)
+    def summed_globally(self, name: str) -> "TiledSchedule": ...
 
 
-BF16_FAITHFUL = RoundingPlan()
-FP64_IDEAL = RoundingPlan(math=torch.float64, store={p: None for p in ROUNDING_POINTS})
-
-# The two global-sum goldens are schedules without tiles: one reduction over all
-# M rows in the math dtype, rounded once where the plan stores.
-
-
-def faithful_schedule(plan: RoundingPlan) -> TiledSchedule:
-    """The BF16-faithful golden of a dtype path: the plan's roundings, a stable sigmoid
-    (the right answer, whatever form the kernel uses), one global reduction in the math dtype."""
-    stable = replace(plan, sigmoid="stable")
-    differs = [p for p in ROUNDING_POINTS if stable.rounding(p) != BF16_FAITHFUL.rounding(p)]
-    extras = differs + ([] if stable.db_input == BF16_FAITHFUL.db_input else [f"db_{stable.db_input}"]) \
-        + ([] if stable.math == BF16_FAITHFUL.math else [str(stable.math).replace("torch.", "")])
-    name = "faithful" + (f"[{','.join(extras)}]" if extras else "")
-    return TiledSchedule(name=name, tile_m_b=None, tile_m_w=None, tile_m_x=None,
-                         db_accumulator=plan.math, dw_accumulator=plan.math, plan=replace(plan, sigmoid="stable"))
-
-
-FP64_GLOBAL = TiledSchedule(name="fp64", tile_m_b=None, tile_m_w=None, tile_m_x=None,
-                            db_accumulator=torch.float64, dw_accumulator=torch.float64, plan=FP64_IDEAL)
-FAITHFUL_GLOBAL = TiledSchedule(name="faithful", tile_m_b=None, tile_m_w=None, tile_m_x=None,
-                                db_accumulator=torch.float32, dw_accumulator=torch.float32, plan=BF16_FAITHFUL)
+SCHEDULE_TYPE = _SCHEDULES.TiledSchedule    # the operator's concrete schedule type
+FP64_GLOBAL = _SCHEDULES.FP64_GLOBAL
+FP64_IDEAL = FP64_GLOBAL.plan
+FAITHFUL_GLOBAL = _SCHEDULES.FAITHFUL_GLOBAL
+faithful_schedule = _SCHEDULES.faithful_schedule
+default_schedule = _SCHEDULES.default_schedule

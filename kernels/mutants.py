@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 
 from goldens.layers import tiled_emulation as _tiled_golden
-from goldens.schedule import TiledSchedule
+from operators.swiglu_backward.schedule import TiledSchedule
 from kernels.pypto.schedule import ARTICLE, HARDENED
 
 BF16 = torch.bfloat16

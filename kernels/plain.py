@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from goldens.schedule import RoundingPlan, TiledSchedule
+from operators.swiglu_backward.schedule import RoundingPlan, TiledSchedule
 
 BF16 = torch.bfloat16
 

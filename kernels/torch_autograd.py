@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-from goldens.schedule import BF16_FAITHFUL, RoundingPlan, TiledSchedule
+from operators.swiglu_backward.schedule import BF16_FAITHFUL, RoundingPlan, TiledSchedule
 
 # PyTorch's dtype path, declared so its goldens replay it. Autograd of silu(g) * fc in BF16
 # materialises dy*fc (the gradient reaching silu) and silu(g) (saved by the forward) as BF16

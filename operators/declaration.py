@@ -76,7 +76,8 @@ class Operator:
     outputs: tuple[OutputDecl, ...]
     sizes_from: Mapping[str, tuple[str, int]]
     golden: object = None         # the module with ``chunk`` and ``term_sums`` (see operators/swiglu_backward/golden.py)
-    gate: object = None           # the module with ``row_allowances``, ``bound``, ``own`` (operators/swiglu_backward/gate.py)
+    gate: object = None           # the module with ``row_allowance``, ``bound``, ``own`` (operators/swiglu_backward/gate.py)
+    schedules: object = None      # the module of its schedule type and reference schedules (``goldens.schedule``)
     scales: Mapping = None        # scale profile name -> inputs drawn from (generator, *dimension sizes)
     m_edges: tuple = ()           # the matrix's M axis
     shapes: tuple = ()            # the matrix's other dimensions, each a tuple of their sizes

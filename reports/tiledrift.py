@@ -27,7 +27,7 @@ import torch
 
 from accuracy.bounds import accumulation_bound, unit_roundoff
 from cases.spec import CaseSpec, make_inputs
-from goldens.schedule import TiledSchedule
+from operators.swiglu_backward.schedule import TiledSchedule
 from goldens.rounding import round_to
 from operators.swiglu_backward.math import elementwise
 

@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from goldens.schedule import TiledSchedule
+from operators.swiglu_backward.schedule import TiledSchedule
 from kernels.contract import BackendUnsupported, validate_inputs
 from kernels.pypto.schedule import ARTICLE, HARDENED
 

@@ -33,7 +33,7 @@ PyPTO's import-time log folder out of the home directory).
 # No `from __future__ import annotations`: pypto.frontend.jit reads the annotations as objects.
 import torch
 
-from goldens.schedule import TiledSchedule
+from operators.swiglu_backward.schedule import TiledSchedule
 from kernels.pypto.interpreter import import_pypto
 
 pypto = import_pypto()

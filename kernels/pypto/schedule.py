@@ -8,7 +8,7 @@ Importing this module does not import pypto.
 """
 import torch
 
-from goldens.schedule import RoundingPlan, TiledSchedule
+from operators.swiglu_backward.schedule import RoundingPlan, TiledSchedule
 
 ARTICLE = TiledSchedule(
     name="article",

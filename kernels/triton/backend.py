@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from goldens.schedule import TiledSchedule
+from operators.swiglu_backward.schedule import TiledSchedule
 from kernels.contract import BackendUnsupported, validate_inputs
 from kernels.triton.schedule import TRITON, TRITON_ARTICLE, TRITON_ATOMIC
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import torch
 
-from goldens.schedule import RoundingPlan
+from operators.swiglu_backward.schedule import RoundingPlan
 from kernels.pypto.schedule import ARTICLE
 
 TRITON_ARTICLE = replace(ARTICLE, name="triton-article")

@@ -6,7 +6,7 @@ kernel's tile), dx [M,K] (rows). Its math is in ``operators.swiglu_backward.math
 from __future__ import annotations
 
 from operators.declaration import Operator, OutputDecl, TensorDecl
-from operators.swiglu_backward import gate, golden, profiles
+from operators.swiglu_backward import gate, golden, profiles, schedule
 
 OPERATOR = Operator(
     name="swiglu_backward",
@@ -21,6 +21,7 @@ OPERATOR = Operator(
     sizes_from={"M": ("x", 0), "K": ("x", 1), "N": ("w_g", 1)},
     golden=golden,
     gate=gate,
+    schedules=schedule,
     scales=profiles.SCALES,
     m_edges=profiles.M_EDGES,
     shapes=profiles.SHAPES,

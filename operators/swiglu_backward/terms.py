@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from accuracy.ulp import bf16_spacing
 from goldens.rounding import round_to
 from operators.swiglu_backward import math as swiglu
+from operators.swiglu_backward.schedule import BF16_FAITHFUL
 
 MIN_NORMAL = 2.0 ** -126
 # The value a kernel rounds at the store of dg / dfc is its FP32 value, within one intermediate
@@ -98,9 +99,6 @@ class TermSums:
         # the fitted scale's rounding bias of each legitimate dtype path, on this case's data
         # (``scale_bias``): per path, dg's and dfc's errors against the exact values, carried
         # linearly into db (column sums), dw (x^T err) and dx (err w^T, dotted with the exact rows)
-        from dataclasses import replace
-
-        from goldens.schedule import BF16_FAITHFUL    # here: goldens.schedule imports this package
         bf16 = torch.bfloat16
         # dg's and dfc's legitimate dtype paths (``operators.swiglu_backward.gate.LEGITIMATE_CHOICES``): FP32 math
         # with only their stores, and PyTorch's, dy*fc and silu(g) stored first, in its operation order

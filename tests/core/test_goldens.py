@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from goldens.layers import bf16_faithful, fp64_ideal, tiled_emulation
-from goldens.schedule import BF16_FAITHFUL, FP64_GLOBAL, RoundingPlan, TiledSchedule
+from operators.swiglu_backward.schedule import BF16_FAITHFUL, FP64_GLOBAL, RoundingPlan, TiledSchedule
 from goldens.stream import GoldenPass, materialize
 from kernels.pypto.schedule import ARTICLE
 from tests.core.helpers import case_inputs, tiny_inputs
@@ -138,7 +138,7 @@ ODD_TILES = TiledSchedule(name="odd-tiles", tile_m_b=300, tile_m_w=700, tile_m_x
 def test_golden_bits_depend_on_neither_chunk_rows_nor_the_other_layers(chunk_rows):
     """The faithful and tiled goldens of a case are the same bits whatever --chunk-rows is and
     whichever other schedules share the pass (same plan, other tiles, odd tiles)."""
-    from goldens.schedule import FAITHFUL_GLOBAL
+    from operators.swiglu_backward.schedule import FAITHFUL_GLOBAL
     inp = case_inputs(5000)
     alone = {**_stream(inp, {"faithful": FAITHFUL_GLOBAL}, 8192), **_stream(inp, {"article": ARTICLE}, 8192)}
     crowd = _stream(inp, {"faithful": FAITHFUL_GLOBAL, "same-plan": SAME_PLAN, "odd-tiles": ODD_TILES,

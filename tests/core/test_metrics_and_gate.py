@@ -9,7 +9,7 @@ from accuracy.bounds import gamma, reduction_bound
 from accuracy.gate import AccuracyError, assert_accurate, verdict
 from accuracy.metrics import ErrorStats
 from accuracy.tolerances import SEED_ATOL, SEED_RTOL, Tolerance
-from goldens.schedule import FAITHFUL_GLOBAL
+from operators.swiglu_backward.schedule import FAITHFUL_GLOBAL
 from kernels.pypto.schedule import ARTICLE
 
 TOL = Tolerance(SEED_RTOL, SEED_ATOL)

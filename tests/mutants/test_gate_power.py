@@ -85,7 +85,7 @@ def test_the_verdict_ignores_what_a_kernel_declares():
     same verdict on every output: BF16 math fails even when it declares BF16 math, and a correct
     kernel passes whatever it declares."""
     spec = CaseSpec(1023, 512, 1024, "unit", 0)
-    from goldens.schedule import RoundingPlan, TiledSchedule
+    from operators.swiglu_backward.schedule import RoundingPlan, TiledSchedule
     from kernels.pypto.schedule import ARTICLE
     import torch
     bf16 = TiledSchedule(name="bf16", tile_m_b=None, tile_m_w=None, tile_m_x=None, db_accumulator=torch.bfloat16,
