@@ -63,17 +63,18 @@ def _bf16_in_units(t: torch.Tensor) -> torch.Tensor:
 
 
 def _gemm_error_rms(m: int, k: int, n: int, device: str) -> float:
-    """Max |torch BF16 GEMM - exact| / rms(exact) over autograd's two layouts
-    (``x.t() @ dg`` for dw, ``dg @ w.t()`` for dx), with dg entirely subnormal."""
+    """Max |torch BF16 GEMM - exact| / rms(exact) over autograd's two layouts of a backward pass,
+    ``a.t() @ b`` (a weight gradient) and ``b @ w.t()`` (an input gradient), with b entirely
+    subnormal (SwiGLU's dw = x^T dg and dx = dg w^T)."""
     gen = _generator(m * 1_000_003 + k * 1009 + n)
     x = torch.randn(m, k, generator=gen).bfloat16()
     w = torch.randn(k, n, generator=gen).bfloat16()
-    dg, dg_mantissa = _subnormal_bf16(m, n, gen)
+    b, b_mantissa = _subnormal_bf16(m, n, gen)
     scale = 2.0 ** -133
     worst = 0.0
     for got_fn, exact in (
-            (lambda: x.t().to(device) @ dg.to(device), (x.t().double() @ dg_mantissa) * scale),
-            (lambda: dg.to(device) @ w.t().to(device), (dg_mantissa @ w.t().double()) * scale)):
+            (lambda: x.t().to(device) @ b.to(device), (x.t().double() @ b_mantissa) * scale),
+            (lambda: b.to(device) @ w.t().to(device), (b_mantissa @ w.t().double()) * scale)):
         got_units = _bf16_in_units(got_fn().cpu())
         exact_units = exact / scale
         rms = float(exact_units.pow(2).mean().sqrt())

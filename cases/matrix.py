@@ -6,11 +6,13 @@ from them here. Accuracy sizes only (benchmark sizes live in benchmarks/).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cases.spec import SCALES, CaseSpec, inputs_case
 from kernels.contract import OPERATOR
 
 M_EDGES = OPERATOR.m_edges
-KN_PAIRS = OPERATOR.shapes
+SHAPES = OPERATOR.shapes   # the sizes of the dimensions after M (SwiGLU: (K, N) pairs)
 SEED_CASE = CaseSpec(*OPERATOR.article_case)
 LARGE_M = 100_000
 
@@ -18,25 +20,25 @@ LARGE_M = 100_000
 def quick_cases(seeds: int = 1) -> list[CaseSpec]:
     """Every M edge and every scale at least once, small enough for CI, plus the article's case.
 
-    The scales rotate over the M edges below 220000 (10 M x 6 scales, 10 cells), alternating
-    (K, N); a second sweep at the small odd pair gives every scale a multi-tile M too."""
+    The scales rotate over the M edges below 220000 (10 M x 6 scales, 10 cells), alternating the
+    operator's shapes; a second sweep at its last (smallest) shape gives every scale a multi-tile
+    M too."""
     scales = list(SCALES)
     cases = []
     small_ms = [m for m in M_EDGES if m < LARGE_M]
     for i, m in enumerate(small_ms):
-        k, n = KN_PAIRS[i % 2]
-        cases.append(CaseSpec(m, k, n, scales[i % len(scales)], 0))
+        cases.append(CaseSpec(m, *SHAPES[i % len(SHAPES)], scales[i % len(scales)], 0))
     for j, scale in enumerate(scales):
         m = small_ms[(j * 3 + 4) % len(small_ms)]
-        cases.append(CaseSpec(m, 96, 200, scale, 0))
+        cases.append(CaseSpec(m, *SHAPES[-1], scale, 0))
     cases.append(SEED_CASE)
     unique = list(dict.fromkeys(cases))
-    return [CaseSpec(c.m, c.k, c.n, c.scale, c.seed + s) if s else c for c in unique for s in range(seeds)]
+    return [replace(c, seed=c.seed + s) if s else c for c in unique for s in range(seeds)]
 
 
 def full_cases(seeds: int = 1) -> list[CaseSpec]:
     """The cross product of every axis."""
-    return [CaseSpec(m, k, n, scale, seed) for m in M_EDGES for (k, n) in KN_PAIRS
+    return [CaseSpec(m, *shape, scale, seed) for m in M_EDGES for shape in SHAPES
             for scale in SCALES for seed in range(seeds)]
 
 
@@ -44,24 +46,28 @@ PROFILES = {"quick": quick_cases, "full": full_cases, "none": lambda seeds=1: []
 
 
 class CaseSyntaxError(ValueError):
-    """A --case value that is not M,K,N,SCALE[,SEED] with sizes >= 1 and a known scale profile."""
+    """A --case value that is not the operator's sizes, SCALE[,SEED] with sizes >= 1 and a known scale."""
 
 
 def parse_case(text: str) -> CaseSpec:
-    """``M,K,N,SCALE[,SEED]`` (e.g. ``8192,4096,11008,unit``: a production shape) as a case."""
+    """The operator's sizes, then ``SCALE[,SEED]`` (SwiGLU: ``M,K,N,SCALE[,SEED]``, e.g.
+    ``8192,4096,11008,unit``: a production shape) as a case."""
     parts = [p.strip() for p in text.split(",")]
-    usage = (f"--case {text!r}: expected M,K,N,SCALE[,SEED] with M, K, N >= 1 and SCALE one of "
-             f"{', '.join(SCALES)}, e.g. --case 8192,4096,11008,unit")
-    if len(parts) not in (4, 5):
+    ndim = len(OPERATOR.dims)
+    names = ",".join(OPERATOR.dims)
+    example = ",".join(str(v) for v in OPERATOR.article_case[:ndim]) + f",{next(iter(SCALES))}"
+    usage = (f"--case {text!r}: expected {names},SCALE[,SEED] with {', '.join(OPERATOR.dims)} >= 1 and SCALE one "
+             f"of {', '.join(SCALES)}, e.g. --case {example}")
+    if len(parts) not in (ndim + 1, ndim + 2):
         raise CaseSyntaxError(usage)
     try:
-        m, k, n = (int(p) for p in parts[:3])
-        seed = int(parts[4]) if len(parts) == 5 else 0
+        sizes = [int(p) for p in parts[:ndim]]
+        seed = int(parts[ndim + 1]) if len(parts) == ndim + 2 else 0
     except ValueError:
         raise CaseSyntaxError(usage) from None
-    if min(m, k, n) < 1 or seed < 0 or parts[3] not in SCALES:
+    if min(sizes) < 1 or seed < 0 or parts[ndim] not in SCALES:
         raise CaseSyntaxError(usage)
-    return CaseSpec(m, k, n, parts[3], seed)
+    return CaseSpec(*sizes, parts[ndim], seed)
 
 
 def planned_cases(profile: str, seeds: int = 1, extra: tuple[str, ...] = (),
@@ -71,6 +77,6 @@ def planned_cases(profile: str, seeds: int = 1, extra: tuple[str, ...] = (),
     cases = PROFILES[profile](seeds)
     for text in extra:
         spec = parse_case(text)
-        cases += [CaseSpec(spec.m, spec.k, spec.n, spec.scale, spec.seed + s) for s in range(seeds)]
+        cases += [replace(spec, seed=spec.seed + s) for s in range(seeds)]
     cases += [inputs_case(path) for path in inputs_files]
     return list(dict.fromkeys(cases))

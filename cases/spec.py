@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -18,24 +18,52 @@ import torch
 from kernels.contract import INPUT_NAMES, OPERATOR, ContractError, validate_inputs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class CaseSpec:
-    m: int
-    k: int
-    n: int
+    """A case: the operator's dimension sizes in its declared order (SwiGLU backward: M, K, N),
+    a scale profile and a seed; ``CaseSpec(2048, 96, 200, "unit", 0)``. Each dimension reads as
+    an attribute by its lower-case name (``spec.m``, ``spec.k``)."""
+    sizes: tuple[int, ...]
     scale: str
     seed: int
     inputs_file: str | None = None     # a safetensors file of the inputs; then scale is "file_<sha256[:12]>"
 
+    def __init__(self, *args, sizes: tuple[int, ...] | None = None, scale: str | None = None,
+                 seed: int | None = None, inputs_file: str | None = None):
+        ndim = len(OPERATOR.dims)
+        if sizes is None:
+            sizes, args = args[:ndim], args[ndim:]
+        rest = dict(zip(("scale", "seed", "inputs_file"), args))
+        scale = rest.get("scale", scale)
+        seed = rest.get("seed", seed)
+        inputs_file = rest.get("inputs_file", inputs_file)
+        if len(sizes) != ndim or scale is None or seed is None:
+            raise TypeError(f"CaseSpec({', '.join(OPERATOR.dims)}, scale, seed[, inputs_file]); got sizes "
+                            f"{tuple(sizes)}, scale {scale!r}, seed {seed!r}")
+        object.__setattr__(self, "sizes", tuple(int(v) for v in sizes))
+        object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "seed", seed)
+        object.__setattr__(self, "inputs_file", inputs_file)
+
+    def __getattr__(self, name: str) -> int:
+        dim = name.upper()
+        if name.startswith("_") or dim not in OPERATOR.dims or "sizes" not in self.__dict__:
+            raise AttributeError(name)
+        return self.sizes[OPERATOR.dims.index(dim)]
+
+    @property
+    def dim_sizes(self) -> dict[str, int]:
+        return dict(zip(OPERATOR.dims, self.sizes))
+
     @property
     def id(self) -> str:       # parsed back by cases.case_id.CASE_ID
-        return f"M{self.m}-K{self.k}-N{self.n}-{self.scale}-s{self.seed}"
+        return "-".join(f"{d}{v}" for d, v in zip(OPERATOR.dims, self.sizes)) + f"-{self.scale}-s{self.seed}"
 
     def asdict(self) -> dict:
-        d = {**asdict(self), "id": self.id}
-        if self.inputs_file is None:
-            del d["inputs_file"]
-        return d
+        d = {**{dim.lower(): v for dim, v in self.dim_sizes.items()}, "scale": self.scale, "seed": self.seed}
+        if self.inputs_file is not None:
+            d["inputs_file"] = self.inputs_file
+        return {**d, "id": self.id}
 
 
 FILE_SCALE_PREFIX = "file_"
@@ -70,10 +98,10 @@ def inputs_case(path: str) -> CaseSpec:
     file = Path(path).resolve()
     tensors = _load_file(file)
     try:
-        m, k, n = validate_inputs(tensors)
+        sizes = validate_inputs(tensors)
     except ContractError as exc:
         raise InputsFileError(f"--inputs {path}: {exc}") from None
-    return CaseSpec(m, k, n, f"{FILE_SCALE_PREFIX}{_sha256(file)[:12]}", 0, str(file))
+    return CaseSpec(*sizes, f"{FILE_SCALE_PREFIX}{_sha256(file)[:12]}", 0, str(file))
 
 
 SCALES = OPERATOR.scales
@@ -91,11 +119,11 @@ def make_inputs(spec: CaseSpec, device: str | torch.device = "cpu") -> dict[str,
         return {name: tensors[name].to(device) for name in INPUT_NAMES}
     if spec.scale not in SCALES:
         raise ValueError(f"unknown scale profile {spec.scale!r}; known: {sorted(SCALES)}")
-    if spec.m < 1 or spec.k < 1 or spec.n < 1:
-        raise ValueError(f"case {spec.id}: M, K, N must all be >= 1")
+    if min(spec.sizes) < 1:
+        raise ValueError(f"case {spec.id}: {', '.join(OPERATOR.dims)} must all be >= 1")
     # one generator per case, seeded from the case itself, never from global RNG state
     gen = torch.Generator(device="cpu").manual_seed(zlib.crc32(spec.id.encode()) ^ spec.seed)
-    raw = SCALES[spec.scale](gen, spec.m, spec.k, spec.n)
+    raw = SCALES[spec.scale](gen, *spec.sizes)
     inputs = {name: raw.pop(name).to(torch.bfloat16).to(device) for name in INPUT_NAMES}
     validate_inputs(inputs)
     return inputs

@@ -86,7 +86,7 @@ def rerun_command(config, spec, backend: str) -> str:
     if spec.inputs_file is not None:                                   # an --inputs file
         args += ["--profile", "none", "--inputs", spec.inputs_file]
     elif spec not in PROFILES[profile](config.getoption("--seeds")):   # a --case: itself, alone
-        args += ["--profile", "none", "--case", f"{spec.m},{spec.k},{spec.n},{spec.scale},{spec.seed}"]
+        args += ["--profile", "none", "--case", ",".join(map(str, (*spec.sizes, spec.scale, spec.seed)))]
     else:
         if profile != "quick":
             args += ["--profile", profile]

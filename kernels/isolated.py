@@ -141,7 +141,7 @@ def run_isolated(backend: Backend, spec: CaseSpec, device: str, *, timeout: floa
         child = _CHILDREN[backend.name] = _Child(backend.name)
     start = time.perf_counter()
     try:
-        child.conn.send(((spec.m, spec.k, spec.n, spec.scale, spec.seed, spec.inputs_file), device))
+        child.conn.send(((*spec.sizes, spec.scale, spec.seed, spec.inputs_file), device))
     except (OSError, EOFError):
         _CHILDREN.pop(backend.name, None)
         return BackendRun(backend.name, error=f"backend {backend.name!r} crashed: {child.death()}",

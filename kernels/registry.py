@@ -17,7 +17,7 @@ BACKENDS: dict[str, str] = {
     "triton": "kernels.triton.backend:triton_deterministic",
     "triton-atomic": "kernels.triton.backend:triton_atomic",
     "triton-article": "kernels.triton.backend:triton_article",
-    "tiled-emulation": "goldens.as_backend:tiled_emulation",
+    "tiled-emulation": "kernels.tiled_emulation:tiled_emulation",
 }
 
 

@@ -120,7 +120,7 @@ class Operator:
 
     def sizes(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, int]:
         """The dimension sizes of inputs whose names and ranks are already checked."""
-        return {d: int(inputs[t].shape[axis]) for d, (t, axis) in self.sizes_from.items()}
+        return {d: int(inputs[self.sizes_from[d][0]].shape[self.sizes_from[d][1]]) for d in self.dims}
 
     def input_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         return {t.name: t.shape(sizes) for t in self.inputs}

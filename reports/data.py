@@ -26,10 +26,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from accuracy.results import from_json_number
-from cases.case_id import CASE_ID
+from cases import case_id
 
-OUTPUTS = ("dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx")
-DRIFT_OUTPUTS = ("db_g", "db_fc", "dw_g", "dw_fc")
+
+
+def operator_outputs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The operator's outputs in its declared order, and those reduced over M (the drift panels)."""
+    import operators     # torch: imported once a report reads records, not by this module's readers
+    op = operators.get()
+    return op.output_names, op.reduction_outputs
+
 GOLDENS = ("reference", "fp64", "faithful", "tiled")
 VERDICT_STATUSES = ("pass", "fail", "expected_failure", "unexpected_pass", "skipped", "error")
 FAILING = ("fail", "error", "unexpected_pass")
@@ -97,10 +103,11 @@ def case_of(rec: Mapping) -> Case:
 
     m, k, n = as_int(spec.get("m")), as_int(spec.get("k")), as_int(spec.get("n"))
     scale, seed = spec.get("scale"), as_int(spec.get("seed"))
-    match = CASE_ID.match(cid)
-    if match and None in (m, k, n, seed):
-        m, k, n, seed = (int(match.group(i)) for i in (1, 2, 3, 5))
-        scale = scale or match.group(4)
+    parsed = case_id.parse(cid)
+    if parsed and None in (m, k, n, seed):
+        sizes, id_scale, seed = parsed
+        m, k, n = sizes.get("M"), sizes.get("K"), sizes.get("N")
+        scale = scale or id_scale
     return Case(cid, m, k, n, str(scale if scale is not None else "?"), seed)
 
 
@@ -153,7 +160,7 @@ def index(records: Iterable[Mapping]) -> Index:
         by_golden[(case.id, backend, output, golden)] = rec
         if rec.get("gated"):
             gated[(case.id, backend, output)] = rec
-    return Index(cases, backends, _order(outputs, OUTPUTS), gated, by_golden, cell_status, goldens, n)
+    return Index(cases, backends, _order(outputs, operator_outputs()[0]), gated, by_golden, cell_status, goldens, n)
 
 
 # --------------------------------------------------------------------------- verdict matrix
@@ -453,13 +460,16 @@ def _collect(points: dict, m: int | None, value: float | None) -> None:
     points[m] = max(points.get(m, value), value)
 
 
-def drift_panels(idx: Index, outputs: Sequence[str] = DRIFT_OUTPUTS, *, normalise: bool = True) -> list[DriftPanel]:
+def drift_panels(idx: Index, outputs: Sequence[str] | None = None, *, normalise: bool = True) -> list[DriftPanel]:
     """The error of each tiled golden (vs the global-sum faithful golden), of the faithful golden
     (vs FP64), and of every backend (vs its faithful golden and vs FP64) for the reductions over M,
     as series over M per output x (K, N) x scale; values are max abs errors, max over seeds.
     ``bound`` series: the mean per-element rounding-model bound vs FP64 of each backend's schedule.
     ``normalise``: divide each value by its record's rms(golden), so that the input scale (which
-    changes with M in the seed profile, randn/sqrt(M)) does not hide the growth with the tile count."""
+    changes with M in the seed profile, randn/sqrt(M)) does not hide the growth with the tile count.
+    ``outputs``: the operator's reductions over M unless given."""
+    if outputs is None:
+        outputs = operator_outputs()[1]
     groups: dict[tuple, dict[tuple, dict]] = defaultdict(lambda: defaultdict(dict))
     meta: dict[tuple, dict] = {}
     flags: dict[tuple, dict[tuple, dict]] = defaultdict(lambda: defaultdict(lambda: {"nonfinite": set(), "zeros": set()}))
@@ -512,7 +522,8 @@ def drift_panels(idx: Index, outputs: Sequence[str] = DRIFT_OUTPUTS, *, normalis
 
     kind_order = {"tile_order": 0, "storage": 1, "backend": 2, "bound": 3}
     panels = []
-    for key in sorted(set(groups) | set(flags), key=lambda k: (OUTPUTS.index(k[0]) if k[0] in OUTPUTS else 99,
+    order = operator_outputs()[0]
+    for key in sorted(set(groups) | set(flags), key=lambda k: (order.index(k[0]) if k[0] in order else 99,
                                                                k[1] or 0, k[2] or 0, k[3])):
         output, k, n, scale = key
         panel = DriftPanel(output, k, n, scale)

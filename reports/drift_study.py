@@ -43,7 +43,7 @@ from accuracy.tolerances import TOLERANCES
 from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import FP64_GLOBAL, TiledSchedule
 from goldens.rounding import round_to
-from goldens.stream import REDUCTION_OUTPUTS, GoldenPass
+from goldens.stream import OPERATOR, REDUCTION_OUTPUTS, GoldenPass
 
 # Drift relative to rms does not depend on K and N for these inputs (every element of db / dw
 # is a sum over M of independent terms; K and N only count the elements): a small shape keeps
@@ -55,17 +55,21 @@ STUDY_MS = (1024, 2048, 2049, 4096, 4097, 8192, 16384, 32768, 65536, 131072, 220
 STUDY_SEEDS = 20
 STUDY_PROFILES = ("seed", "unit")
 ARTICLE_M = 220000
-FAMILIES = {"db": ("db_g", "db_fc"), "dw": ("dw_g", "dw_fc")}
-KERNEL_OF_FAMILY = {"db": "b", "dw": "w"}
+# A family: the operator's reductions stored at one point by one kernel (SwiGLU: db = db_g, db_fc
+# from the b kernel; dw = dw_g, dw_fc from the w kernel)
+FAMILIES = {}
+for _o in REDUCTION_OUTPUTS:
+    FAMILIES.setdefault(OPERATOR.output(_o).store_point, []).append(_o)
+FAMILIES = {fam: tuple(names) for fam, names in FAMILIES.items()}
+KERNEL_OF_FAMILY = {OPERATOR.output(names[0]).store_point: OPERATOR.output(names[0]).kernel
+                    for names in FAMILIES.values()}
 BAND = (0.1, 0.9)
 
 
 def declared_schedules() -> list[TiledSchedule]:
-    """The operator's schedules: the article's (BF16 accumulators), the hardened one (FP32
-    accumulators) and PyTorch's path (one global FP32 sum)."""
-    from kernels.pypto.schedule import ARTICLE, HARDENED
-    from kernels.torch_autograd import TORCH_BF16
-    return [ARTICLE, HARDENED, TORCH_BF16]
+    """The operator's schedules the study compares (``study_schedules``; SwiGLU: the article's with
+    BF16 accumulators, the hardened one with FP32 accumulators and PyTorch's one global FP32 sum)."""
+    return list(OPERATOR.schedules.study_schedules())
 
 
 def global_of(schedule: TiledSchedule) -> TiledSchedule:

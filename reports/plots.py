@@ -193,7 +193,7 @@ def drift(panels: Sequence[DriftPanel], title: str, tile_rows: int | None, path:
 
 def heatmap(td, path: Path) -> None:
     """Tile x column-block heatmap of log10 max |acc - S| per output, and per-tile max drift vs bound."""
-    outputs = [o for o in ("db_g", "db_fc", "dw_g", "dw_fc") if td.drift.get(o)]
+    outputs = [o for o in td.drift if td.drift.get(o)]
     fig, axes = plt.subplots(2, len(outputs), figsize=(3.6 * len(outputs), 7.2), squeeze=False)
     for j, o in enumerate(outputs):
         data = [[v if v > 0 else float("nan") for v in row] for row in td.drift[o]]

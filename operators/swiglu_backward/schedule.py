@@ -145,3 +145,11 @@ def default_schedule() -> TiledSchedule:
     never reads a declaration)."""
     from kernels.pypto.schedule import ARTICLE    # here: kernels.pypto.schedule imports this module
     return ARTICLE
+
+
+def study_schedules() -> list[TiledSchedule]:
+    """The schedules the drift study compares (``reports.drift_study``): the article's (BF16
+    accumulators), the hardened one (FP32 accumulators) and PyTorch's path (one global FP32 sum)."""
+    from kernels.pypto.schedule import ARTICLE, HARDENED
+    from kernels.torch_autograd import TORCH_BF16
+    return [ARTICLE, HARDENED, TORCH_BF16]

@@ -16,12 +16,12 @@ def test_replay_ends_where_the_tiled_golden_ends():
     inputs = make_inputs(SPEC)
     td = replay(SPEC, ARTICLE, inputs=inputs, block=64)
     golden = materialize(inputs, ARTICLE)
-    for o in D.DRIFT_OUTPUTS:
+    for o in D.operator_outputs()[1]:
         assert torch.equal(td.finals[o].float(), golden[o].float()), o
-    assert [len(td.drift[o]) for o in D.DRIFT_OUTPUTS] == [5, 5, 3, 3]
+    assert [len(td.drift[o]) for o in D.operator_outputs()[1]] == [5, 5, 3, 3]
     assert all(len(row) == 3 for row in td.drift["db_g"])        # 150 columns in blocks of 64
     assert td.tile_rows == {"db_g": 1024, "db_fc": 1024, "dw_g": 2048, "dw_fc": 2048}
-    for o in D.DRIFT_OUTPUTS:
+    for o in D.operator_outputs()[1]:
         assert max(td.utilisation[o]) <= 1.0                       # inside the rounding-model bound
         assert td.max_drift[o][-1] > 0                             # BF16 accumulation does drift
         assert max(td.drift[o][-1]) == td.max_drift[o][-1]
@@ -32,7 +32,7 @@ def test_replay_ends_where_the_tiled_golden_ends():
 def test_fp32_accumulator_drifts_only_by_fp32_order():
     td = replay(SPEC, HARDENED, block=64)
     # FP32 accumulation of FP32 partials is the global running sum itself
-    assert all(v == 0 for o in D.DRIFT_OUTPUTS for v in td.max_drift[o])
+    assert all(v == 0 for o in D.operator_outputs()[1] for v in td.max_drift[o])
 
 
 def _case(m, scale="seed", k=512, n=1024):
