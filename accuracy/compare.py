@@ -39,7 +39,7 @@ from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
 from goldens.rounding import round_to
 from goldens.stream import DEFAULT_CHUNK_ROWS, REDUCTION_BLOCK, GoldenPass
 from kernels.contract import OPERATOR, OUTPUT_NAMES, ROW_OUTPUTS
-from operators.declaration import ROUNDED_TERMS
+from operators.declaration import ROUNDED_TERMS, operand_sum
 
 REFERENCE = "reference"      # the gated golden: FP64 from the BF16 inputs, each output rounded once
 OWN = "own"                  # recomputed from the kernel's own upstream outputs (``gate.own``)
@@ -136,7 +136,7 @@ class _OwnSums:
         for o, (lhs, rhs) in operands.items():
             for a in range(0, rhs.shape[0], REDUCTION_BLOCK):
                 b = min(a + REDUCTION_BLOCK, rhs.shape[0])
-                part = rhs[a:b].sum(0, keepdim=True) if lhs is None else lhs[a:b].t() @ rhs[a:b]
+                part = operand_sum(None if lhs is None else lhs[a:b], rhs[a:b])
                 if o in self.sums:
                     self.sums[o] += part
                 else:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 import operators
+from operators.declaration import operand_sum
 from goldens.rounding import round_to
 from goldens.schedule import FP64_IDEAL, RoundingPlan, TiledSchedule
 
@@ -213,8 +214,8 @@ class GoldenPass:
                     for tile, group in self._cut_groups(users, tiles).items():
                         cuts = self._cuts(start, stop, tile)
                         for a, b in zip(cuts, cuts[1:]):
-                            part = rhs[a - start:b - start]
-                            seg = part.sum(0, keepdim=True) if lhs is None else lhs[a - start:b - start].t() @ part
+                            seg = operand_sum(None if lhs is None else lhs[a - start:b - start],
+                                              rhs[a - start:b - start])
                             for name in group:
                                 acc[name][o].add((seg,), b - a)
             yield RowBlock(start, stop, rows, row_terms)

@@ -33,6 +33,12 @@ class ChunkGolden:
     row_terms: object = None
 
 
+def operand_sum(lhs: torch.Tensor | None, rhs: torch.Tensor) -> torch.Tensor:
+    """A reduction's partial over some rows from its operands (``ChunkGolden.operands``):
+    ``(None, rhs)`` sums the rows of rhs, ``(lhs, rhs)`` is lhs^T rhs."""
+    return rhs.sum(0, keepdim=True) if lhs is None else lhs.t() @ rhs
+
+
 # A row output's companion in ``ChunkGolden.rows``: f"{output}{ROUNDED_TERMS}" holds, per element,
 # the sum of |the terms the plan stores before adding them| (one rounding flip of a stored term
 # moves the output by one ULP of that term; the diagnosis layers allow it).
