@@ -25,7 +25,7 @@ from pathlib import Path
 
 from accuracy.results import SCHEMA_VERSION, load_results, missing_cells, record_order, write_atomic
 
-MUST_AGREE = ("framework.version", "framework.commit", "selection.profile", "selection.seeds",
+MUST_AGREE = ("framework.version", "framework.commit", "selection.operator", "selection.profile", "selection.seeds",
               "selection.cases", "selection.inputs", "selection.backends", "selection.benchmark", "selection.gate", "selection.markexpr",
               "selection.keyword", "selection.shard.count", "selection.shard.durations")
 LISTED = 20      # at most this many duplicates / missing cells named in the message

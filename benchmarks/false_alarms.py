@@ -5,7 +5,7 @@ emulation of the hardened schedule served as a kernel; the plain plug-ins of
 ``kernels.plain``: FP32 math with dg/dfc stored, the same with db summed before the store,
 and one that stores every intermediate as PyTorch autograd does; the per-tile loop with dx's
 products stored in BF16), run over N seeds of the quick profile's small cases; every gate
-failure is a false alarm unless it is a known, explained failure (``cases/expectations/``),
+failure is a false alarm unless it is a known, explained failure (the operator's ``expectations/``),
 counted apart. The wrong kernels of ``kernels.mutants`` and ``kernels.plain`` (round toward
 zero stores, BF16 math that declares BF16 math, a uniform 1/128 error) run over the same
 seeds; a wrong kernel is caught at a seed when any case of the set fails any of its outputs

@@ -1,4 +1,4 @@
-"""Regenerate the measured bounds of ``cases/expectations/*.toml`` from a run's results.
+"""Regenerate the measured bounds of the operator's ``expectations/*.toml`` from a run's results.
 
     python -m cases.expectations update RESULTS [--allow-widen] [--dry-run]
 

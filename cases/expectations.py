@@ -1,4 +1,5 @@
-"""Known failures as data: ``cases/expectations/*.toml``, strict, conditioned and bounded.
+"""Known failures as data: the operator's ``expectations/*.toml`` (``Operator.expectations``; SwiGLU's
+in ``operators/swiglu_backward/expectations/``), strict, conditioned and bounded.
 
 An entry names a backend, a case-id pattern (fnmatch), an output pattern and a
 golden layer, gives the measured cause, and
@@ -29,7 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-EXPECTATIONS_DIR = Path(__file__).parent / "expectations"
+import operators
+
+EXPECTATIONS_DIR = operators.get().expectations
 REQUIRED = ("backend", "case", "output", "golden", "reason")
 OPTIONAL = ("device", "when", "bound")
 QUANTITIES = ("mismatch_share", "nonfinite_share", "err_rms")
@@ -175,9 +178,10 @@ def parse(text: str, path: Path) -> list[Expectation]:
     return entries
 
 
-def load(directory: Path = EXPECTATIONS_DIR) -> list[Expectation]:
+def load(directory: Path | None = EXPECTATIONS_DIR) -> list[Expectation]:
+    """The entries of every ``*.toml`` in ``directory`` (none for an operator without the folder)."""
     entries = []
-    for path in sorted(directory.glob("*.toml")):
+    for path in sorted(directory.glob("*.toml")) if directory is not None else ():
         entries.extend(parse(path.read_text(), path))
     return entries
 

@@ -1,7 +1,9 @@
 """pytest plugin of the case matrix: options, parametrisation, per-worker case cache, merge.
 
-Options: --backend NAME|package.module:callable (repeatable), --profile quick|full|none,
---case M,K,N,SCALE[,SEED] and --inputs FILE.safetensors (repeatable), --seeds N, --results-dir DIR, --device cpu|cuda, --chunk-rows N.
+Options: --operator NAME (the operator under test; default the SwiGLU backward), --backend
+NAME|package.module:callable (repeatable), --profile quick|full|none, --case SIZES,SCALE[,SEED]
+and --inputs FILE.safetensors (repeatable), --seeds N, --results-dir DIR, --device cpu|cuda,
+--chunk-rows N.
 Every cell of a case is pinned to one xdist worker (``xdist_group``) so the case's
 goldens are computed once, in one pass shared by its backends.
 """
@@ -15,20 +17,26 @@ import pytest
 
 from accuracy.dual import DEFAULT_BENCHMARK
 
-DEFAULT_BACKENDS = ("pypto", "torch-eager")   # the operator under test beside PyTorch's own
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("swiglu", "fused SwiGLU backward accuracy matrix")
+    import operators
+    group = parser.getgroup("accuracy", "accuracy matrix of a fused BF16 operator")
+    group.addoption("--operator", default=None, metavar="NAME",
+                    help=f"the operator under test: a registered name ({', '.join(sorted(operators.OPERATORS))}) "
+                         f"or the import path of a package with an OPERATOR (default: ${operators.ENV_VAR}, "
+                         f"else {operators.DEFAULT})")
     group.addoption("--backend", action="append", default=None, metavar="NAME",
-                    help="backend to validate: a registered name (torch-eager, torch-compile, pypto, "
-                         "pypto-hardened, triton, triton-atomic, tiled-emulation) or package.module:callable; "
-                         f"repeatable (default: {', '.join(DEFAULT_BACKENDS)})")
+                    help="backend to validate: a name the operator registers (SwiGLU: torch-eager, torch-compile, "
+                         "pypto, pypto-hardened, triton, triton-atomic, tiled-emulation) or "
+                         "package.module:callable; repeatable (default: the operator's default backends; "
+                         "SwiGLU: pypto, torch-eager)")
     group.addoption("--profile", choices=("quick", "full", "none"), default="quick",
                     help="quick: every M edge and scale at least once (CI); full: the cross product; "
                          "none: only the --case cases")
-    group.addoption("--case", action="append", default=[], metavar="M,K,N,SCALE[,SEED]",
-                    help="add a case (repeatable), e.g. a production shape: --case 8192,4096,11008,unit; "
+    group.addoption("--case", action="append", default=[], metavar="SIZES,SCALE[,SEED]",
+                    help="add a case (repeatable): the operator's dimension sizes in its order, a scale profile "
+                         "and a seed, e.g. a production SwiGLU shape: --case 8192,4096,11008,unit (M,K,N); "
                          "gated and reported like the matrix's own")
     group.addoption("--inputs", action="append", default=[], metavar="FILE.safetensors",
                     help="add a case whose inputs are this file's tensors (the operator's input names, BF16; "
@@ -72,6 +80,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    _select_operator(config)
     if config.getoption("--seeds", default=1) < 1:
         raise pytest.UsageError("--seeds must be >= 1")
     if config.getoption("--repeats", default=1) < 1:
@@ -106,6 +115,23 @@ def pytest_configure(config):
         if baseline and Path(baseline).resolve() == config.stash[RESULTS_ROOT]:
             raise pytest.UsageError(f"--baseline {baseline} is this run's own --results-dir: a run compared "
                                     f"with itself shows no change; give a previous run's results directory")
+
+
+def _select_operator(config) -> None:
+    """The operator first: every framework module reads it when imported (``operators``)."""
+    name = config.getoption("--operator", default=None)
+    if name is None:
+        return
+    import operators
+    try:
+        operators.select(name)
+    except operators.OperatorNotFound as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
+def operator_name() -> str:
+    import operators
+    return operators.selected()
 
 
 def _check_device(device: str) -> None:
@@ -152,7 +178,8 @@ def benchmark_name(config) -> str | None:
 
 def backend_names(config) -> list[str]:
     """The backends of every case: the selected ones, then the benchmark if it is not among them."""
-    names = list(dict.fromkeys(config.getoption("--backend") or list(DEFAULT_BACKENDS)))
+    import operators
+    names = list(dict.fromkeys(config.getoption("--backend") or list(operators.get().default_backends)))
     bench = benchmark_name(config)
     return names + [bench] if bench is not None and bench not in names else names
 
@@ -289,7 +316,7 @@ def run_manifest(config) -> dict:
 
 def run_selection(config) -> dict:
     """What decides the run's plan: a merge of shards checks that every shard agrees on it."""
-    return {"profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
+    return {"operator": operator_name(), "profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
             "cases": list(config.getoption("--case", default=None) or ()),
             "inputs": [c.id for c in planned_cases(config) if c.inputs_file is not None],
             "backends": backend_names(config), "benchmark": benchmark_name(config),

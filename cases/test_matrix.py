@@ -2,7 +2,7 @@
 
 A cell passes when every output is inside the gate; fails with a message that
 names the case, backend, output, golden, worst element and the error's source;
-xfails when every failure is a known, explained one (``cases/expectations/``);
+xfails when every failure is a known, explained one (the operator's ``expectations/``);
 and fails when a known failure has gone away, so that file stays true.
 """
 from __future__ import annotations
@@ -81,7 +81,10 @@ def rerun_command(config, spec, backend: str) -> str:
     """One command that reruns this cell alone (its inputs regenerate from the case id)."""
     import shlex
     from cases.matrix import PROFILES
+    import operators
     args = ["pytest", "cases/", "-p", "no:xdist", "--backend", backend, "-k", f"{spec.id}-{backend}"]
+    if operators.selected() != operators.DEFAULT:
+        args += ["--operator", operators.selected()]
     profile = config.getoption("--profile")
     if spec.inputs_file is not None:                                   # an --inputs file
         args += ["--profile", "none", "--inputs", spec.inputs_file]
@@ -132,7 +135,7 @@ def test_cell(cell, request):
         if fixed:
             problems.append("\n".join(
                 f"Known failure no longer fails: case {spec.id}, backend {backend.name!r}, output {r['output']!r} "
-                f"(expected because: {r['expected_reason']}). Remove or narrow its entry in cases/expectations/."
+                f"(expected because: {r['expected_reason']}). Remove or narrow its entry in {expectations.EXPECTATIONS_DIR}."
                 for r in fixed))
         if problems:
             raise AccuracyError("\n\n".join(problems) + "\n\n" + rerun)

@@ -20,7 +20,7 @@ matrix must pass: ``tiled_fp32`` (the loop below, unedited) and
 ``tiled_emulation_hardened`` (the golden's own tiled emulation served as a kernel),
 both under the hardened schedule (FP32 accumulators, stable sigmoid). The article's
 schedule (BF16 accumulation across tiles) legitimately fails the faithful gate at
-multi-tile M (cases/expectations/pypto.toml), so it cannot serve as the correct base.
+multi-tile M (operators/swiglu_backward/expectations/pypto.toml), so it cannot serve as the correct base.
 """
 from __future__ import annotations
 

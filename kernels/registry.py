@@ -1,7 +1,8 @@
 """Backends by name, or any callable by import path ``package.module:callable``.
 
-Named backends are import paths too, resolved only when asked for, so a
-backend whose toolchain is absent (pypto, triton) costs nothing until used.
+The names are the selected operator's (``Operator.backends``: SwiGLU's torch-eager is its own
+autograd, RMSNorm's its own). Named backends are import paths too, resolved only when asked
+for, so a backend whose toolchain is absent (pypto, triton) costs nothing until used.
 """
 from __future__ import annotations
 
@@ -9,16 +10,8 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-BACKENDS: dict[str, str] = {
-    "torch-eager": "kernels.torch_autograd:torch_eager",
-    "torch-compile": "kernels.torch_autograd:torch_compile",
-    "pypto": "kernels.pypto.backend:pypto_article",
-    "pypto-hardened": "kernels.pypto.backend:pypto_hardened",
-    "triton": "kernels.triton.backend:triton_deterministic",
-    "triton-atomic": "kernels.triton.backend:triton_atomic",
-    "triton-article": "kernels.triton.backend:triton_article",
-    "tiled-emulation": "kernels.tiled_emulation:tiled_emulation",
-}
+import operators
+
 
 
 class BackendNotFound(LookupError):
@@ -36,10 +29,12 @@ class Backend:
 
 def resolve(spec: str) -> Backend:
     """A registered name or ``package.module:callable``; raises BackendNotFound with the reason."""
-    path = BACKENDS.get(spec, spec)
+    known = operators.get().backends
+    path = known.get(spec, spec)
     if ":" not in path:
         raise BackendNotFound(
-            f"backend {spec!r} is not registered (known: {', '.join(sorted(BACKENDS))}) "
+            f"backend {spec!r} is not registered for operator {operators.selected()!r} "
+            f"(known: {', '.join(sorted(known))}) "
             f"and is not an import path of the form 'package.module:callable'")
     module_name, _, attr = path.partition(":")
     try:

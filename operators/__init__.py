@@ -1,16 +1,65 @@
-"""Operators under test, by name. Each is a package under ``operators/`` whose ``OPERATOR`` is an
-``operators.declaration.Operator``; the SwiGLU backward is the default."""
+"""Operators under test. Each is a package whose ``OPERATOR`` is an
+``operators.declaration.Operator``: a registered name (``OPERATORS``) or any importable module
+path (``tests.operators.toy``: an operator that lives outside this folder).
+
+One process validates one operator: the framework's modules read the selected operator when
+they are imported. The selection is ``$ACCURACY_OPERATOR`` (the pytest option ``--operator``
+sets it before anything reads it, and xdist workers and isolated backend processes inherit it);
+the SwiGLU backward is the default, so a run without the option keeps its meaning.
+"""
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 from operators.declaration import Operator
 
 DEFAULT = "swiglu_backward"
-OPERATORS = {"swiglu_backward": "operators.swiglu_backward"}
+OPERATORS = {"swiglu_backward": "operators.swiglu_backward",
+             "rmsnorm_backward": "operators.rmsnorm_backward"}
+ENV_VAR = "ACCURACY_OPERATOR"
+
+_loaded: dict[str, Operator] = {}
 
 
-def get(name: str = DEFAULT) -> Operator:
-    if name not in OPERATORS:
-        raise LookupError(f"operator {name!r} is not registered (known: {', '.join(sorted(OPERATORS))})")
-    return importlib.import_module(OPERATORS[name]).OPERATOR
+class OperatorNotFound(LookupError):
+    """An operator name that is neither registered nor an importable module with an ``OPERATOR``."""
+
+
+def selected() -> str:
+    """The name this process validates: ``$ACCURACY_OPERATOR``, else the default."""
+    return os.environ.get(ENV_VAR) or DEFAULT
+
+
+def get(name: str | None = None) -> Operator:
+    """The operator ``name`` (default: the selected one), imported once."""
+    name = name or selected()
+    if name not in _loaded:
+        path = OPERATORS.get(name, name)
+        try:
+            module = importlib.import_module(path)
+        except ImportError as exc:
+            raise OperatorNotFound(f"operator {name!r} is not registered (known: {', '.join(sorted(OPERATORS))}) "
+                                   f"and does not import as a module: {exc}") from exc
+        operator = getattr(module, "OPERATOR", None)
+        if not isinstance(operator, Operator):
+            raise OperatorNotFound(f"operator {name!r}: module {path!r} has no OPERATOR "
+                                   f"(an operators.declaration.Operator)")
+        _loaded[name] = operator
+    return _loaded[name]
+
+
+def select(name: str) -> Operator:
+    """Make ``name`` this process's operator (and its children's). Refused when a framework module
+    has already read another one: its module-level tables would name the other operator's outputs."""
+    operator = get(name)
+    current = selected()
+    if current != name and current in _loaded:
+        stale = sorted(m for m in ("kernels.contract", "goldens.schedule", "goldens.stream", "cases.matrix")
+                       if m in sys.modules)
+        if stale:
+            raise OperatorNotFound(f"operator {name!r}: this process already read operator {current!r} "
+                                   f"(in {', '.join(stale)}); select the operator before the framework imports")
+    os.environ[ENV_VAR] = name
+    return operator

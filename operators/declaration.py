@@ -14,7 +14,8 @@ schedule declares one tile per kernel.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -89,6 +90,13 @@ class Operator:
     shapes: tuple = ()            # the matrix's other dimensions, each a tuple of their sizes
     article_case: tuple = ()      # (M, *other sizes, scale, seed) of the operator's acceptance criterion
     dtype: torch.dtype = torch.bfloat16
+    title: str = ""               # what the report calls it
+    # backend name -> "package.module:callable" (``kernels.registry`` resolves --backend by it), and
+    # the backends a run gets without --backend; each operator's "torch-eager" is the dual
+    # verdict's default benchmark
+    backends: Mapping[str, str] = field(default_factory=dict)
+    default_backends: tuple[str, ...] = ()
+    expectations: Path | None = None   # the folder of its known failures (``cases.expectations``)
 
     def __post_init__(self):
         names = [t.name for t in (*self.inputs, *self.outputs)]

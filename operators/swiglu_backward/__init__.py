@@ -5,6 +5,8 @@ Inputs x [M,K], w_g, w_fc [K,N], dy, g, fc [M,N]; outputs dg, dfc [M,N] (rows), 
 kernel's tile), dx [M,K] (rows). Its math is in ``operators.swiglu_backward.math``."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from operators.declaration import Operator, OutputDecl, TensorDecl
 from operators.swiglu_backward import gate, golden, profiles, schedule
 
@@ -26,4 +28,17 @@ OPERATOR = Operator(
     m_edges=profiles.M_EDGES,
     shapes=profiles.SHAPES,
     article_case=profiles.ARTICLE_CASE,
+    title="fused SwiGLU backward",
+    backends={
+        "torch-eager": "kernels.torch_autograd:torch_eager",
+        "torch-compile": "kernels.torch_autograd:torch_compile",
+        "pypto": "kernels.pypto.backend:pypto_article",
+        "pypto-hardened": "kernels.pypto.backend:pypto_hardened",
+        "triton": "kernels.triton.backend:triton_deterministic",
+        "triton-atomic": "kernels.triton.backend:triton_atomic",
+        "triton-article": "kernels.triton.backend:triton_article",
+        "tiled-emulation": "kernels.tiled_emulation:tiled_emulation",
+    },
+    default_backends=("pypto", "torch-eager"),   # the article's kernel beside PyTorch's own
+    expectations=Path(__file__).parent / "expectations",
 )

@@ -88,7 +88,7 @@ def test_mutant_right_at_the_seed_scale(name):
 @pytest.mark.parametrize("spec", CASES, ids=lambda c: c.id)
 def test_correct_kernels_pass_the_same_cases(spec):
     """No false alarm beside the mutants: torch-eager and the hardened tiled kernels pass,
-    except known, explained failures (cases/expectations/: torch's BF16 GEMM at the tiny profile)."""
+    except known, explained failures (operators/swiglu_backward/expectations/: torch's BF16 GEMM at the tiny profile)."""
     out = outcome(spec)
     facts = _facts()
     for b in CORRECT_NAMES:
