@@ -1,0 +1,56 @@
+"""The reductions' term sums the allowance reads (``accuracy.allowance.reduction``), kept per
+canonical block of rows by an operator's golden from the reference's (FP64) terms.
+
+An operator's ``golden.term_sums(inputs)`` returns an object with, per reduction output:
+
+* ``abs``       sum over M of |term|                     (the worst case of the roundings)
+* ``var``       sum over M of the variance of each term's legitimate BF16 roundings
+* ``block``     max over the canonical blocks of the block's sum |terms|
+* ``floor_l1``  sum over the terms of |the factor other than the rounded one| (the subnormal
+                floor: a rounding among the subnormals is 2^-133, not relative)
+* ``shared``    for a contraction, per column, what one rounded upstream value spreads over it
+* ``prefix``, ``segment``: set by the golden pass (``goldens.stream``) from the reference's running sums
+
+and ``scale_bias(output, exact)``: the largest fitted scale its legitimate paths give on this data.
+
+``ReductionTermSums`` keeps the first five from per-block parts; an operator whose terms have
+no rounding bias beyond the framework's measured floor (``accuracy.allowance.SCALE_BIAS``) uses
+it as is (the RMSNorm backward does).
+"""
+from __future__ import annotations
+
+import torch
+
+
+class ReductionTermSums:
+    """Term sums of the reductions, added block by block in row order (float64)."""
+
+    def __init__(self):
+        self.abs: dict[str, torch.Tensor] = {}
+        self.var: dict[str, torch.Tensor] = {}
+        self.block: dict[str, torch.Tensor] = {}
+        self.floor_l1: dict[str, torch.Tensor] = {}
+        self.shared: dict[str, torch.Tensor] = {}
+        self.prefix: dict[str, torch.Tensor] = {}
+        self.segment: dict[str, torch.Tensor] = {}
+        self.rows_seen = 0
+
+    def add_block(self, output: str, abs_part: torch.Tensor, var_part: torch.Tensor, floor_part: torch.Tensor,
+                  shared_part: torch.Tensor | None = None) -> None:
+        """One canonical block's sums of one reduction (each already summed over the block's rows)."""
+        abs_part, var_part, floor_part = abs_part.double(), var_part.double(), floor_part.double()
+        if output in self.abs:
+            self.abs[output] += abs_part
+            self.var[output] += var_part
+            self.floor_l1[output] += floor_part
+            torch.maximum(self.block[output], abs_part, out=self.block[output])
+        else:
+            self.abs[output], self.var[output] = abs_part.clone(), var_part.clone()
+            self.floor_l1[output], self.block[output] = floor_part.clone(), abs_part.clone()
+        if shared_part is not None:
+            shared_part = shared_part.double()
+            self.shared[output] = shared_part.clone() if output not in self.shared else self.shared[output] + shared_part
+
+    def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
+        """No bias beyond the framework's floor (``accuracy.allowance.SCALE_BIAS``)."""
+        return 0.0
