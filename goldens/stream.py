@@ -9,8 +9,8 @@ All three layers are the same computation under a different ``TiledSchedule``:
 
 Rows are processed in chunks (``DEFAULT_CHUNK_ROWS``, 2048: 2048 x 1024 float64 is 16 MiB),
 so the M=220000 case never holds a full-size float64 [M, N] tensor. Row-local
-outputs (dg, dfc, dx) are yielded chunk by chunk; reductions (db, dw) are
-complete after the last chunk.
+outputs (SwiGLU's dg, dfc, dx) are yielded chunk by chunk; reductions over M
+(its db, dw) are complete after the last chunk.
 
 Reductions are canonical: every layer sums its rows in aligned blocks of
 ``REDUCTION_BLOCK`` rows (one FP32 matmul or sum per block), added block by block
@@ -42,15 +42,14 @@ DEFAULT_CHUNK_ROWS = 2048
 # layers of the article's schedule share the canonical block partials at no extra cost.
 REDUCTION_BLOCK = 1024
 OPERATOR = operators.get()
-REDUCTION_OUTPUTS = OPERATOR.reduction_outputs   # db_g, db_fc, dw_g, dw_fc
+REDUCTION_OUTPUTS = OPERATOR.reduction_outputs
 
 
 @dataclass
 class RowBlock:
-    """Golden row outputs for rows [start, stop): ``rows[layer][output]`` (plus
-    ``rows[layer]["dx_rounded_terms"]`` = |p_g| + |p_fc| when the plan stores dx's two
-    products before adding them); ``terms``: dx's term sums from the reference's terms
-    (``operators.swiglu_backward.terms``), when asked for."""
+    """Golden row outputs for rows [start, stop): ``rows[layer][output]`` (plus the operator's
+    per-element companions, e.g. SwiGLU's ``rows[layer]["dx_rounded_terms"]``); ``terms``: the row
+    outputs' term sums from the reference's terms (the operator golden's ``row_terms``), when asked for."""
     start: int
     stop: int
     rows: dict[str, dict[str, torch.Tensor]]
@@ -59,7 +58,7 @@ class RowBlock:
 
 @dataclass
 class _Accumulator:
-    """Cross-tile state of one schedule for one reduction (db or dw pair)."""
+    """Cross-tile state of one schedule for one reduction."""
     tile: int | None
     acc_dtype: torch.dtype
     partial: list = field(default_factory=list)   # open tile's partial, math dtype, [g, fc]
@@ -68,6 +67,12 @@ class _Accumulator:
     prefix_max: list | None = None   # when tracked: max |running partial| after each add, [g, fc]
     segment_max: list | None = None  # and max |added segment| (one canonical block's sum), [g, fc]
     abs_partials: list | None = None  # when tracked: sum over closed tiles of |tile partial|, [g, fc]
+    # when set: called after each tile with (tile number from 1, the running value in acc_dtype,
+    # the running sum of the same partials in the math dtype, the sum of |partials|)
+    observe: object = None
+    _global: object = None
+    _abs: object = None
+    _tiles: int = 0
 
     def add(self, parts: Sequence[torch.Tensor], rows: int) -> None:
         if not self.partial:
@@ -100,23 +105,33 @@ class _Accumulator:
             self.total = cast
         else:
             self.total = [t + c for t, c in zip(self.total, cast)]
+        if self.observe is not None:
+            part = self.partial[0]
+            self._global = part.clone() if self._global is None else self._global + part
+            self._abs = part.abs() if self._abs is None else self._abs + part.abs()
+            self._tiles += 1
+            self.observe(self._tiles, self.total[0], self._global, self._abs)
         self.partial, self.rows_in_tile = [], 0
 
 
 class GoldenPass:
     """Streams the goldens of one case. Iterate ``blocks()`` once; afterwards
-    ``reductions[layer]`` holds db_g, db_fc, dw_g, dw_fc. With ``terms`` set, ``terms``
-    holds the reductions' term sums (``operators.swiglu_backward.terms.TermSums``, its ``prefix`` from the
-    FP64 layer's running sums) and every block its dx term sums (when ``rows``).
+    ``reductions[layer]`` holds the operator's reductions over M. With ``terms`` set, ``terms``
+    holds the reductions' term sums (the operator golden's ``term_sums``, its ``prefix`` from the
+    FP64 layer's running sums) and every block its row outputs' term sums (when ``rows``).
     With ``accumulators`` set, ``accumulated[layer]`` holds each reduction's final accumulator
     before the output store (in the math dtype) and ``abs_partials[layer]`` the sum over its
     tiles of |tile partial|: what a drift study needs (``reports.drift_study``)."""
 
     def __init__(self, inputs: Mapping[str, torch.Tensor], layers: Mapping[str, TiledSchedule], *,
                  chunk_rows: int = DEFAULT_CHUNK_ROWS, terms: bool = False, reductions: bool = True,
-                 rows: bool = True, accumulators: bool = False):
-        """``reductions=False``: the row outputs only (no db, dw): half the matmuls.
-        ``rows=False``: the reductions only (dg, dfc feed them; no dx: its two matmuls skipped)."""
+                 rows: bool = True, accumulators: bool = False, tile_observer=None):
+        """``reductions=False``: the row outputs only: no reductions over M.
+        ``rows=False``: the reductions only (SwiGLU: dg, dfc feed them; no dx: its two matmuls skipped).
+        ``tile_observer(layer, output, tile, running, global_sum, abs_partials)``: called after each
+        tile of each reduction of each layer, with the running value in the accumulator dtype, the
+        running sum of the same partials in the math dtype (no casts: the global order's value)
+        and the sum of |partials| so far (``reports.tiledrift``'s heatmap)."""
         if chunk_rows < 1:
             raise ValueError("chunk_rows must be >= 1")
         if not (rows or reductions):
@@ -128,6 +143,7 @@ class GoldenPass:
         self.want_reductions = reductions
         self.want_rows = rows
         self.want_accumulators = accumulators
+        self.tile_observer = tile_observer
         self.accumulated: dict[str, dict[str, torch.Tensor]] = {}
         self.abs_partials: dict[str, dict[str, torch.Tensor]] = {}
         if terms and not reductions:
@@ -188,6 +204,11 @@ class GoldenPass:
             for per_output in acc.values():
                 for a in per_output.values():
                     a.abs_partials = []
+        if self.tile_observer is not None:
+            for name, per_output in acc.items():
+                for o, a in per_output.items():
+                    a.observe = (lambda tile, running, total, abs_sum, name=name, o=o:
+                                 self.tile_observer(name, o, tile, running, total, abs_sum))
 
         for start in range(0, m, self.chunk_rows):
             stop = min(start + self.chunk_rows, m)

@@ -76,22 +76,31 @@ def slug(*parts) -> str:
 
 @dataclass(frozen=True)
 class Case:
+    """A case as the report reads it from its records: M, the operator's other dimensions
+    (``shape``: (name, size) pairs in the operator's order, e.g. (("K", 512), ("N", 1024))), the
+    scale profile and the seed; a size the record does not give is None."""
     id: str
     m: int | None
-    k: int | None
-    n: int | None
+    shape: tuple[tuple[str, int | None], ...]
     scale: str
     seed: int | None
 
     @property
-    def sort_key(self):
-        big = 1 << 62
-        return (self.m if self.m is not None else big, self.k or big, self.n or big, self.scale,
-                self.seed if self.seed is not None else big, self.id)
+    def sizes(self) -> tuple[int | None, ...]:
+        return tuple(v for _, v in self.shape)
 
     @property
-    def kn(self) -> str:
-        return f"K{self.k} N{self.n}"
+    def shape_label(self) -> str:
+        return " ".join(f"{d}{v}" for d, v in self.shape) or "?"
+
+    @property
+    def sort_key(self):
+        big = 1 << 62
+        return (self.m if self.m is not None else big, *(v or big for v in self.sizes), self.scale,
+                self.seed if self.seed is not None else big, self.id)
+
+
+_NOT_DIMS = ("m", "scale", "seed", "id", "inputs_file")
 
 
 def case_of(rec: Mapping) -> Case:
@@ -101,14 +110,16 @@ def case_of(rec: Mapping) -> Case:
     def as_int(v):
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-    m, k, n = as_int(spec.get("m")), as_int(spec.get("k")), as_int(spec.get("n"))
+    m = as_int(spec.get("m"))
+    shape = tuple((str(k).upper(), as_int(v)) for k, v in spec.items() if k not in _NOT_DIMS)
     scale, seed = spec.get("scale"), as_int(spec.get("seed"))
     parsed = case_id.parse(cid)
-    if parsed and None in (m, k, n, seed):
+    if parsed and (m is None or seed is None or not shape or None in (v for _, v in shape)):
         sizes, id_scale, seed = parsed
-        m, k, n = sizes.get("M"), sizes.get("K"), sizes.get("N")
+        m = sizes.get("M")
+        shape = tuple((d, v) for d, v in sizes.items() if d != "M")
         scale = scale or id_scale
-    return Case(cid, m, k, n, str(scale if scale is not None else "?"), seed)
+    return Case(cid, m, shape, str(scale if scale is not None else "?"), seed)
 
 
 def _order(values: Iterable[str], preferred: Sequence[str]) -> list[str]:
@@ -448,8 +459,7 @@ class Series:
 @dataclass
 class DriftPanel:
     output: str
-    k: int | None
-    n: int | None
+    shape: tuple            # the case's other dimensions, ``Case.shape``
     scale: str
     series: list[Series] = field(default_factory=list)
 
@@ -495,7 +505,7 @@ def drift_panels(idx: Index, outputs: Sequence[str] | None = None, *, normalise:
         if output not in outputs:
             continue
         case = idx.cases[cid]
-        key = (output, case.k, case.n, case.scale)
+        key = (output, case.shape, case.scale)
         m = metrics_of(rec)
         if layer.startswith("tiled:") and ref.startswith("faithful"):
             skey = ("tile_order", layer, "global")
@@ -509,7 +519,7 @@ def drift_panels(idx: Index, outputs: Sequence[str] | None = None, *, normalise:
         if output not in outputs or golden not in ("faithful", "fp64"):
             continue
         case = idx.cases[cid]
-        key = (output, case.k, case.n, case.scale)
+        key = (output, case.shape, case.scale)
         m = metrics_of(rec)
         ref = "global" if golden == "faithful" else "fp64"
         skey = ("backend", backend, ref)
@@ -524,9 +534,9 @@ def drift_panels(idx: Index, outputs: Sequence[str] | None = None, *, normalise:
     panels = []
     order = operator_outputs()[0]
     for key in sorted(set(groups) | set(flags), key=lambda k: (order.index(k[0]) if k[0] in order else 99,
-                                                               k[1] or 0, k[2] or 0, k[3])):
-        output, k, n, scale = key
-        panel = DriftPanel(output, k, n, scale)
+                                                               tuple(v or 0 for _, v in k[1]), k[2])):
+        output, shape, scale = key
+        panel = DriftPanel(output, shape, scale)
         skeys = set(groups.get(key, {})) | set(flags.get(key, {}))
         for skey in sorted(skeys, key=lambda s: (kind_order[s[0]], s[1], s[2])):
             kind, source, ref = skey

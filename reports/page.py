@@ -26,7 +26,7 @@ from reports import data as D
 TEMPLATES = Path(__file__).parent / "templates"
 PLOTS = "plots"
 CACHE = ".cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2   # 2: the replay is the golden pass itself (canonical blocks within a tile)
 
 
 # --------------------------------------------------------------------------- loading
@@ -96,25 +96,35 @@ def _edges() -> dict:
         return {}
 
 
+def _title() -> str:
+    import operators
+    op = operators.get()
+    return f"{op.title or op.name}: accuracy report"
+
+
 def _tile_rows() -> dict[str, int | None]:
+    """Each reduction's tile under the operator's default schedule (the drift plots' top axis)."""
     try:
-        from kernels.pypto.schedule import ARTICLE
-        return {"db": ARTICLE.tile_m("b"), "dw": ARTICLE.tile_m("w")}
-    except Exception:   # noqa: BLE001
-        return {"db": 1024, "dw": 2048}
+        import operators
+        from goldens.schedule import default_schedule
+        op, sched = operators.get(), default_schedule()
+        return {o: sched.tile_m(op.output(o).kernel) for o in op.reduction_outputs}
+    except Exception:   # noqa: BLE001 - the plots lose their tile axis, nothing else
+        return {}
 
 
 def _tile_drift(idx: D.Index, out: Path, *, max_m: int, case, block: int, timings: dict):
-    """Replay the article schedule for one case (cached by case x schedule x block in out/.cache)."""
-    from kernels.pypto.schedule import ARTICLE
+    """Replay the operator's default schedule for one case (cached by case x schedule x block in out/.cache)."""
+    from goldens.schedule import default_schedule
     from reports import tiledrift
+    schedule = default_schedule()
     if case is None:
-        spec, why = tiledrift.choose_case(idx.case_list(), max_m=max_m, schedule=ARTICLE)
+        spec, why = tiledrift.choose_case(idx.case_list(), max_m=max_m, schedule=schedule)
         if spec is None:
             return None, why
     else:
         spec, why = case, "chosen by the caller"
-    cache = out / CACHE / f"tile-drift-{D.slug(spec.id, ARTICLE, block, CACHE_VERSION)}.json"
+    cache = out / CACHE / f"tile-drift-{D.slug(spec.id, schedule, block, CACHE_VERSION)}.json"
     if cache.exists():
         try:
             td = tiledrift.TileDrift.from_json(json.loads(cache.read_text()))
@@ -123,7 +133,7 @@ def _tile_drift(idx: D.Index, out: Path, *, max_m: int, case, block: int, timing
         except Exception:   # noqa: BLE001 - a stale cache is recomputed
             pass
     t0 = time.perf_counter()
-    td = tiledrift.replay(spec, ARTICLE, block=block)
+    td = tiledrift.replay(spec, schedule, block=block)
     timings["tile drift replay"] = time.perf_counter() - t0
     cache.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(cache, json.dumps(td.to_json()))
@@ -201,7 +211,7 @@ def _drift_study(out: Path, source, img) -> dict | None:
 
 def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline: str | os.PathLike | None = None,
            *, heatmap: bool = True, heatmap_max_m: int = 32768, heatmap_case=None, heatmap_block: int = 64,
-           title: str = "SwiGLU backward: accuracy report", processes: int | None = None,
+           title: str | None = None, processes: int | None = None,
            drift_study: str | os.PathLike | None = None) -> Path:
     """Render ``results_dir`` (a results directory or a results JSON file) into ``out_dir/index.html``
     (+ ``out_dir/plots/*.png``); ``baseline``: a previous results directory to diff against.
@@ -270,16 +280,16 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     drift_imgs = []
     by_fig: dict[tuple, list] = {}
     for p in panels:
-        by_fig.setdefault((p.output, p.k, p.n), []).append(p)
-    for (output, k, n), ps in by_fig.items():
+        by_fig.setdefault((p.output, p.shape), []).append(p)
+    for (output, shape), ps in by_fig.items():
         ps = [p for p in ps if any(s.points for s in p.series)]    # a panel with no point says nothing
         if not ps:
             continue
-        name = "drift-" + D.slug(output, k, n)
-        tile = tiles["db" if output.startswith("db") else "dw"]
-        jobs.append(("drift", (ps, f"{output} at K={k}, N={n}: max |error| / rms(golden) vs M, per scale profile "
-                                  f"(max over seeds)", tile), out / img(name)))
-        drift_imgs.append({"output": output, "k": k, "n": n, "src": images[name]})
+        name = "drift-" + D.slug(output, *(v for _, v in shape))
+        at = ", ".join(f"{d}={v}" for d, v in shape)
+        jobs.append(("drift", (ps, f"{output} at {at}: max |error| / rms(golden) vs M, per scale profile "
+                                  f"(max over seeds)", tiles.get(output)), out / img(name)))
+        drift_imgs.append({"output": output, "shape": at, "src": images[name]})
     workers = _run_plot_jobs(jobs, processes)
     timings["plot workers"] = workers
     timings["plots"] = time.perf_counter() - t0
@@ -307,7 +317,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     t0 = time.perf_counter()
     env = environment()
     html = env.get_template("report.html.j2").render(
-        title=title, results_dir=str(results_dir), baseline_dir=None if baseline is None else str(baseline),
+        title=title or _title(), results_dir=str(results_dir), baseline_dir=None if baseline is None else str(baseline),
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), n_records=idx.n_records,
         cases=idx.case_list(), backends=idx.backends, outputs=idx.outputs, cells=cells, counts=counts,
         details=details, hist_img=hist_img, attribution=attribution, att_img=att_img,

@@ -2,7 +2,8 @@
 
 Each is a correct FP32 kernel (``reference``: FP32 math from the BF16 inputs, each output
 stored once) with one change; ``KILLS`` names the output the gate must fail it on and the cases
-that expose it. None is registered among the operator's backends.
+that expose it; ``UNCAUGHT`` the wrong kernels the gate is known not to catch, and why. None is
+registered among the operator's backends.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def eps_outside_sqrt(*, x, w, dy):
 
 
 def mean_over_rows(*, x, w, dy):
-    """mean(x^2) over M instead of N: one rstd per column (identical at M = 1)."""
+    """mean(x^2) over M instead of N: one rstd per column (at M = 1, each element normalised by itself)."""
     xf = x.float()
     return _finish(*_rows(x, w, dy, r=torch.rsqrt(xf.square().mean(0, keepdim=True) + EPS)))
 
@@ -62,7 +63,9 @@ def rstd_sum_in_bf16(*, x, w, dy):
 
 
 def rstd_in_bf16(*, x, w, dy):
-    """rstd kept in BF16 (2^-9 relative, one sign per row): every element of a row is off alike."""
+    """rstd kept in BF16: every element of a row off by the same relative error, at most 2^-9, with a
+    random sign per row. Below the element-wise gate (rtol 2^-7) and averaging out in the fitted
+    scale over rows: the gate's stated blind spot (``UNCAUGHT``); a per-row aggregate would see it."""
     return _finish(*_rows(x, w, dy, r=round_to(_rstd(x.float()), BF16)))
 
 
@@ -111,7 +114,6 @@ KILLS = {
     "eps_outside_sqrt": ("dx", "1025,200,small_rms"),
     "mean_over_rows": ("dx", "1025,200,unit"),
     "rstd_sum_in_bf16": ("dx", "1025,1024,unit"),
-    "rstd_in_bf16": ("dx", "1025,1024,unit"),
     "projection_missing": ("dx", "1025,200,unit"),
     "dw_last_tile_only": ("dw", "2049,200,unit"),
     "dw_unnormalised": ("dw", "1025,200,unit"),
@@ -119,3 +121,7 @@ KILLS = {
     "rstd_cubed_once": ("dx", "1025,200,unit"),
     "round_toward_zero_stores": ("dx", "4097,1024,unit"),
 }
+
+# wrong kernels within the gate's detection floor (tests/operators/test_rmsnorm.py checks they still pass:
+# a gate that learns to catch one moves it to KILLS)
+UNCAUGHT = {"rstd_in_bf16": "1025,1024,unit"}

@@ -28,7 +28,7 @@ OPERATOR = Operator(
     m_edges=profiles.M_EDGES,
     shapes=profiles.SHAPES,
     article_case=profiles.ARTICLE_CASE,
-    title="fused SwiGLU backward",
+    title="SwiGLU backward",
     backends={
         "torch-eager": "kernels.torch_autograd:torch_eager",
         "torch-compile": "kernels.torch_autograd:torch_compile",

@@ -20,7 +20,7 @@ def test_num_reads_strings_and_missing_values():
 
 def test_case_from_id_when_spec_missing():
     c = D.case_of({"case": "M1025-K96-N200-seed-s3"})
-    assert (c.m, c.k, c.n, c.scale, c.seed) == (1025, 96, 200, "seed", 3)
+    assert (c.m, c.shape, c.scale, c.seed) == (1025, (("K", 96), ("N", 200)), "seed", 3)
     assert D.case_of({}).id == "?"
 
 
@@ -64,7 +64,7 @@ def _drift_records():
 
 def test_drift_series_from_known_records():
     panels = D.drift_panels(D.index(_drift_records()))
-    assert [(p.output, p.k, p.n, p.scale) for p in panels] == [("dw_g", 8, 16, "unit")]
+    assert [(p.output, p.shape, p.scale) for p in panels] == [("dw_g", (("K", 8), ("N", 16)), "unit")]
     series = {(s.kind, s.source, s.reference): s for s in panels[0].series}
     tile = series[("tile_order", "tiled:article", "global")]
     assert tile.points == [(2048, 4e-3)]       # max over the two seeds

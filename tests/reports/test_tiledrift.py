@@ -36,7 +36,7 @@ def test_fp32_accumulator_drifts_only_by_fp32_order():
 
 
 def _case(m, scale="seed", k=512, n=1024):
-    return D.Case(f"M{m}-K{k}-N{n}-{scale}-s0", m, k, n, scale, 0)
+    return D.Case(f"M{m}-K{k}-N{n}-{scale}-s0", m, (("K", k), ("N", n)), scale, 0)
 
 
 def test_choose_case_prefers_the_article_scale_and_caps_m():
@@ -46,4 +46,4 @@ def test_choose_case_prefers_the_article_scale_and_caps_m():
     assert spec == CaseSpec(20000, 512, 1024, "seed", 0)
     spec, why = choose_case([_case(3000, "unit")], max_m=8192)
     assert spec == CaseSpec(8192, 512, 1024, "unit", 0) and "too few" in why
-    assert choose_case([_case(3, "saturating")])[0] is None
+    assert choose_case([D.Case("M3-K8-N8-nonsense-s0", 3, (("K", 8), ("N", 8)), "nonsense", 0)])[0] is None

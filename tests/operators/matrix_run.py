@@ -1,0 +1,28 @@
+"""Run the case matrix of an operator in a fresh pytest process (one process validates one
+operator: ``operators``) and read back its records."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_matrix(results: Path, operator: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """The process and its merged results (``records``, ``manifest``; empty when it wrote none)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "cases/", "-p", "no:xdist", "-p", "no:cacheprovider",
+                           "--operator", operator, "--results-dir", str(results), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    files = sorted(results.glob("runs/*/results.json"))
+    return proc, (json.loads(files[-1].read_text()) if files else {"records": [], "manifest": {}})
+
+
+def verdicts(records: list[dict]) -> dict[tuple[str, str], dict[str, str]]:
+    """(backend, case) -> {output: status} of the gated records."""
+    out: dict = {}
+    for r in records:
+        if r.get("golden") == "reference":
+            out.setdefault((r["backend"], r["case"]), {})[r["output"]] = r["status"]
+    return out
