@@ -97,6 +97,9 @@ class Operator:
     backends: Mapping[str, str] = field(default_factory=dict)
     default_backends: tuple[str, ...] = ()
     expectations: Path | None = None   # the folder of its known failures (``cases.expectations``)
+    # the drift study's shape (the dimensions after M): small, since drift relative to rms depends
+    # on M and the tiles, not on the other sizes (default: its last shape)
+    study_shape: tuple = ()
 
     def __post_init__(self):
         names = [t.name for t in (*self.inputs, *self.outputs)]

@@ -45,18 +45,24 @@ def drift_main(argv) -> int:
     parser.add_argument("--seeds", type=int, default=S.STUDY_SEEDS)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--profiles", nargs="+", default=list(S.STUDY_PROFILES), choices=sorted(SCALES))
-    parser.add_argument("--k", type=int, default=S.STUDY_K)
-    parser.add_argument("--n", type=int, default=S.STUDY_N)
+    parser.add_argument("--shape", default=",".join(map(str, S.STUDY_SHAPE)), metavar="SIZES",
+                        help=f"the sizes after M, comma-separated ({S.shape_label(S.STUDY_SHAPE)} by default: "
+                             f"drift relative to rms does not depend on them)")
     parser.add_argument("--processes", type=int, default=0, help="worker processes (default: one per CPU)")
     parser.add_argument("--shape-check", action="store_true",
-                        help="also measure the article schedule's drift at K=512, N=1024 beside the study's "
-                             "K, N (3 seeds at M=8192 and 32768)")
+                        help=f"also measure the default schedule's drift at the acceptance case's shape "
+                             f"({S.shape_label(S.ARTICLE_SHAPE)}) beside the study's (3 seeds at M=8192 and 32768)")
     args = parser.parse_args(argv)
-    if min(args.ms) < 1 or args.seeds < 1 or args.k < 1 or args.n < 1:
-        print("error: M, seeds, K and N must all be >= 1", file=sys.stderr)
+    try:
+        shape = tuple(int(v) for v in args.shape.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != len(S.STUDY_SHAPE) or min(args.ms) < 1 or args.seeds < 1 or min(shape) < 1:
+        print(f"error: M and seeds must be >= 1, and --shape {len(S.STUDY_SHAPE)} sizes >= 1 "
+              f"(e.g. --shape {','.join(map(str, S.STUDY_SHAPE))})", file=sys.stderr)
         return 2
     config = S.StudyConfig(ms=tuple(sorted(set(args.ms))), seeds=args.seeds, first_seed=args.first_seed,
-                           profiles=tuple(args.profiles), k=args.k, n=args.n, processes=args.processes)
+                           profiles=tuple(args.profiles), shape=shape, processes=args.processes)
     study = S.run(config)
     if args.shape_check:
         start = time.perf_counter()

@@ -45,16 +45,24 @@ from goldens.schedule import FP64_GLOBAL, TiledSchedule
 from goldens.rounding import round_to
 from goldens.stream import OPERATOR, REDUCTION_OUTPUTS, GoldenPass
 
-# Drift relative to rms does not depend on K and N for these inputs (every element of db / dw
-# is a sum over M of independent terms; K and N only count the elements): a small shape keeps
-# 20 seeds x 12 M values under five minutes on 2 cores. ``shape_check`` measures the claim.
-STUDY_K, STUDY_N = 64, 128
-# One tile of each kernel up to past the article's M, the w kernel's tile edges (2048 | 2049:
-# a last tile of one row) and the article's M itself.
-STUDY_MS = (1024, 2048, 2049, 4096, 4097, 8192, 16384, 32768, 65536, 131072, 220000, 262144)
+# Drift relative to rms does not depend on the sizes after M for these inputs (every element of a
+# reduction is a sum over M of independent terms; the other sizes only count the elements): the
+# operator's small study shape (SwiGLU: K=64, N=128) keeps 20 seeds x 12 M values under five
+# minutes on 2 cores. ``shape_check`` measures the claim at the acceptance case's shape.
+STUDY_SHAPE = tuple(OPERATOR.study_shape or OPERATOR.shapes[-1])
+ARTICLE_M = OPERATOR.article_case[0]
+ARTICLE_SHAPE = tuple(OPERATOR.article_case[1:-2])
+# One tile of each kernel up to past the acceptance case's M (SwiGLU: the w kernel's tile edges
+# 2048 | 2049, a last tile of one row, and the article's M itself).
+STUDY_MS = tuple(sorted({1024, 2048, 2049, 4096, 4097, 8192, 16384, 32768, 65536, 131072, 262144, ARTICLE_M}))
 STUDY_SEEDS = 20
-STUDY_PROFILES = ("seed", "unit")
-ARTICLE_M = 220000
+# the acceptance case's scale profile, then unit scale
+STUDY_PROFILES = tuple(dict.fromkeys(p for p in (OPERATOR.article_case[-2], "unit") if p in OPERATOR.scales))
+
+
+def shape_label(shape) -> str:
+    """The sizes after M with their names: "K=64, N=128"."""
+    return ", ".join(f"{d}={v}" for d, v in zip(OPERATOR.dims[1:], shape))
 # A family: the operator's reductions stored at one point by one kernel (SwiGLU: db = db_g, db_fc
 # from the b kernel; dw = dw_g, dw_fc from the w kernel)
 FAMILIES = {}
@@ -102,8 +110,7 @@ class OutputPoint:
 class CasePoint:
     profile: str
     m: int
-    k: int
-    n: int
+    shape: tuple          # the sizes after M
     seed: int
     schedule: str
     tiles: dict           # family -> tile count of its kernel
@@ -167,7 +174,7 @@ def measure_case(spec: CaseSpec, schedules: Sequence[TiledSchedule]) -> list[Cas
                     gate=float((err / limit).max()), gate_fails=int((err > limit).sum()),
                     bound_max=bound / scale, error_rms=_rms(stored - exact[o].double()) / scale,
                     tolerance_rms=_rms(limit) / scale)
-        points.append(CasePoint(spec.scale, spec.m, spec.k, spec.n, spec.seed, s.name, tiles, outputs))
+        points.append(CasePoint(spec.scale, spec.m, tuple(spec.sizes[1:]), spec.seed, s.name, tiles, outputs))
     seconds = time.perf_counter() - start
     for p in points:
         p.seconds = seconds
@@ -193,8 +200,7 @@ class StudyConfig:
     seeds: int = STUDY_SEEDS
     first_seed: int = 0
     profiles: tuple = STUDY_PROFILES
-    k: int = STUDY_K
-    n: int = STUDY_N
+    shape: tuple = STUDY_SHAPE
     schedules: tuple = ()      # names; empty: every declared schedule
     processes: int = 0         # 0: one per CPU
 
@@ -204,7 +210,7 @@ def run(config: StudyConfig, progress=print) -> dict:
     small and independent, so processes use the cores better than intra-op threads); the largest
     cases first so that the last to finish are short."""
     names = config.schedules or tuple(s.name for s in declared_schedules())
-    specs = [CaseSpec(m, config.k, config.n, p, config.first_seed + i)
+    specs = [CaseSpec(m, *config.shape, p, config.first_seed + i)
              for p in config.profiles for m in config.ms for i in range(config.seeds)]
     specs.sort(key=lambda s: -s.m)
     processes = config.processes or os.cpu_count() or 1
@@ -315,23 +321,25 @@ def summarize(points: Sequence[CasePoint]) -> dict:
 
 @dataclass
 class ShapeCheck:
-    """The drift ratio at the article's K, N beside the study's K, N on the same M and seeds."""
+    """The drift ratio at the acceptance case's shape beside the study's on the same M and seeds."""
     ms: tuple = (8192, 32768)
     seeds: int = 3
-    shapes: tuple = ((STUDY_K, STUDY_N), (512, 1024))
+    shapes: tuple = (STUDY_SHAPE, ARTICLE_SHAPE)
     rows: list = field(default_factory=list)
 
 
-def shape_check(check: ShapeCheck, profile: str = "seed", schedule: str = "article") -> ShapeCheck:
+def shape_check(check: ShapeCheck, profile: str = STUDY_PROFILES[0], schedule: str | None = None) -> ShapeCheck:
+    """``schedule``: a declared schedule's name (default: the operator's default schedule)."""
+    schedule = schedule or OPERATOR.schedules.default_schedule().name
     sched = [s for s in declared_schedules() if s.name == schedule]
     for m in check.ms:
-        for k, n in check.shapes:
+        for shape in check.shapes:
             vals = {fam: [] for fam in FAMILIES}
             for seed in range(check.seeds):
-                (p,) = measure_case(CaseSpec(m, k, n, profile, seed), sched)
+                (p,) = measure_case(CaseSpec(m, *shape, profile, seed), sched)
                 for fam in FAMILIES:
                     vals[fam].append(p.family(fam)["drift_rms"])
-            check.rows.append({"m": m, "k": k, "n": n, "profile": profile, "schedule": schedule,
+            check.rows.append({"m": m, "shape": list(shape), "profile": profile, "schedule": schedule,
                                **{f"{fam}_drift_rms_median": statistics.median(v) for fam, v in vals.items()}})
     return check
 
@@ -370,10 +378,10 @@ def crossing_table(study: dict) -> list[dict]:
 
 def markdown(study: dict) -> str:
     cfg = study["config"]
-    lines = [f"Drift study: K={cfg['k']}, N={cfg['n']}, {cfg['seeds']} seeds per M, M in "
+    lines = [f"Drift study: {shape_label(cfg['shape'])}, {cfg['seeds']} seeds per M, M in "
              f"{', '.join(map(str, cfg['ms']))}; {study['wall_s']:.0f} s on {study['processes']} processes.",
              "",
-             "| profile | family | schedule | gate crossed (median ratio > 1) | rms drift / rms at M=220000 "
+             f"| profile | family | schedule | gate crossed (median ratio > 1) | rms drift / rms at M={ARTICLE_M} "
              "| max drift / rms | gate ratio | seeds failing | fitted slope vs T |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in crossing_table(study):
@@ -382,11 +390,13 @@ def markdown(study: dict) -> str:
                      f"| {_fmt(r['drift_max'])} | {_fmt(r['gate'])} | {share} | {_fmt(r['slope'])} |")
     check = study.get("shape_check")
     if check:
-        lines += ["", "Shape check (article schedule, seed scale, median rms drift / rms over "
-                  f"{check['seeds']} seeds):", "", "| M | K | N | db | dw |", "|---|---|---|---|---|"]
-        for r in check["rows"]:
-            lines.append(f"| {r['m']} | {r['k']} | {r['n']} | {_fmt(r['db_drift_rms_median'])} "
-                         f"| {_fmt(r['dw_drift_rms_median'])} |")
+        rows = check["rows"]
+        lines += ["", f"Shape check ({rows[0]['schedule'] if rows else ''} schedule, {rows[0]['profile'] if rows else ''} "
+                  f"scale, median rms drift / rms over {check['seeds']} seeds):", "",
+                  "| M | shape | " + " | ".join(FAMILIES) + " |", "|---|---|" + "---|" * len(FAMILIES)]
+        for r in rows:
+            lines.append(f"| {r['m']} | {shape_label(r['shape'])} | "
+                         + " | ".join(_fmt(r[f"{fam}_drift_rms_median"]) for fam in FAMILIES) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -203,7 +203,8 @@ def _drift_study(out: Path, source, img) -> dict | None:
             shutil.copyfile(png, out / rel)
             figures.append({"family": fam, "src": rel})
     cfg = study["config"]
-    return {"figures": figures, "table": S.crossing_table(study), "config": cfg, "wall_s": study.get("wall_s"),
+    shape = S.shape_label(cfg["shape"]) if "shape" in cfg else f"K={cfg.get('k')}, N={cfg.get('n')}"
+    return {"figures": figures, "table": S.crossing_table(study), "config": cfg, "shape": shape, "wall_s": study.get("wall_s"),
             "source": str(folder), "shape_check": study.get("shape_check")}
 
 

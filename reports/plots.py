@@ -365,7 +365,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
             bottom.yaxis.set_major_formatter(plain)
             bottom.yaxis.set_minor_formatter(NullFormatter())
             _note(bottom, gate_notes)
-            bottom.text(ARTICLE_M, 0.02, "M=220000 ", transform=bottom.get_xaxis_transform(), fontsize=9,
+            bottom.text(ARTICLE_M, 0.02, f"M={ARTICLE_M} ", transform=bottom.get_xaxis_transform(), fontsize=9,
                         ha="right", va="bottom", color="#666666")
             outputs = " + ".join(FAMILIES[family])
             top.set_title(f"{outputs}, {profile} scale", pad=34)

@@ -13,7 +13,7 @@ from kernels.registry import resolve
 from reports import drift_study as S
 from reports.browser import check_page, find_chromium
 
-SMALL = S.StudyConfig(ms=(1024, 2049, 8192, 16384), seeds=3, profiles=("seed", "unit"), k=16, n=32, processes=1)
+SMALL = S.StudyConfig(ms=(1024, 2049, 8192, 16384), seeds=3, profiles=("seed", "unit"), shape=(16, 32), processes=1)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,92 @@
+"""Per-output details: each backend's worst elements, ULP histograms and metrics per golden."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from reports.data.records import Case, FAILING, GOLDENS, Index, metrics_of, num
+from reports.data.verdicts import detail_anchor, row_anchor
+
+
+DETAIL_METRICS = ("ulp_p50", "ulp_p99", "ulp_max", "max_abs_err", "max_rel_err", "mismatch_fraction",
+                  "bound_max_utilisation", "golden_max_abs", "detection_floor")
+AGGREGATE_METRICS = ("scale_beta", "scale_allowed")
+
+
+def _detail_values(m: Mapping) -> dict:
+    """The detail table's numbers of one record: its metrics and, where the gate made them, the
+    fitted scale and its allowed band."""
+    agg = m.get("aggregate") if isinstance(m.get("aggregate"), Mapping) else {}
+    return {**{k: num(m.get(k)) for k in DETAIL_METRICS}, **{k: num(agg.get(k)) for k in AGGREGATE_METRICS}}
+
+
+@dataclass
+class DetailRow:
+    case: Case
+    status: str
+    anchor: str
+    golden: str
+    values: dict                      # metric -> float | None (gated golden)
+    fp64: dict                        # the same metrics vs FP64
+    worst: list                       # worst elements of the gated record
+    nonfinite: int = 0
+    message: str = ""
+
+
+@dataclass
+class Detail:
+    backend: str
+    output: str
+    anchor: str
+    rows: list[DetailRow] = field(default_factory=list)
+    hist: dict = field(default_factory=dict)    # golden -> {"ulp": counts, "log10_abs_err": counts, "exact": n}
+
+    @property
+    def worst_rows(self) -> list[DetailRow]:
+        """Failing rows first, then the largest ULP distance: where to look first."""
+        def key(r):
+            v = r.values.get("ulp_max")
+            return (r.status not in FAILING, -(v if v is not None and not math.isnan(v) else math.inf))
+        return sorted((r for r in self.rows if r.worst), key=key)
+
+
+def _add(acc: list | None, counts) -> list | None:
+    if not isinstance(counts, list) or not all(isinstance(c, (int, float)) for c in counts):
+        return acc
+    if acc is None:
+        return [int(c) for c in counts]
+    if len(acc) != len(counts):
+        return acc           # a record from another histogram layout: not mixable
+    return [a + int(c) for a, c in zip(acc, counts)]
+
+
+def details(idx: Index) -> list[Detail]:
+    out = []
+    for backend in idx.backends:
+        for output in idx.outputs:
+            d = Detail(backend, output, detail_anchor(backend, output))
+            for case in idx.case_list():
+                rec = idx.gated.get((case.id, backend, output))
+                hist_recs = {g: idx.by_golden.get((case.id, backend, output, g)) for g in GOLDENS}
+                for g, hr in hist_recs.items():
+                    if hr is None:
+                        continue
+                    m = metrics_of(hr)
+                    h = d.hist.setdefault(g, {"ulp": None, "log10_abs_err": None, "exact": 0, "cases": 0})
+                    h["ulp"] = _add(h["ulp"], m.get("ulp_hist"))
+                    h["log10_abs_err"] = _add(h["log10_abs_err"], m.get("log10_abs_err_hist"))
+                    h["exact"] += int(num(m.get("exact_elements")) or 0)
+                    h["cases"] += 1
+                if rec is None:
+                    continue
+                m = metrics_of(rec)
+                fp = metrics_of(hist_recs.get("fp64") or {})
+                worst = [w for w in (m.get("worst") or []) if isinstance(w, Mapping)]
+                d.rows.append(DetailRow(
+                    case, str(rec.get("status", "?")), row_anchor(case.id, backend, output), str(rec.get("golden", "")),
+                    _detail_values(m), _detail_values(fp), worst,
+                    int(num(m.get("nonfinite_disagreements")) or 0), str(rec.get("message", ""))))
+            if d.rows or d.hist:
+                out.append(d)
+    return out

@@ -1,0 +1,159 @@
+"""Result records as the report reads them: numbers, cases, and the index every table is built from.
+
+Everything here reads records defensively: a record may lack keys, floats may be the strings
+"inf", "-inf", "nan" (``accuracy.results.to_json``), the record format may gain fields. Nothing
+raises on a strange record; it is skipped or shown as missing."""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from accuracy.results import from_json_number
+from cases import case_id
+
+
+def operator_outputs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The operator's outputs in its declared order, and those reduced over M (the drift panels)."""
+    import operators     # torch: imported once a report reads records, not by this module's readers
+    op = operators.get()
+    return op.output_names, op.reduction_outputs
+
+GOLDENS = ("reference", "fp64", "faithful", "tiled")
+VERDICT_STATUSES = ("pass", "fail", "expected_failure", "unexpected_pass", "skipped", "error")
+FAILING = ("fail", "error", "unexpected_pass")
+GOLDEN_PREFIX = "golden:"
+# The article's gate (numpy.testing.assert_allclose(rtol=1/128, atol=1e-4)).
+SEED_RTOL, SEED_ATOL = 1 / 128, 1e-4
+
+# Baseline "noise": a metric got worse only when it moved by more than this.
+NOISE_ULP_P99 = 1.0          # BF16 ULP, absolute increase of the 99th percentile
+NOISE_MAX_ABS_FACTOR = 2.0   # max abs error more than doubled (or became non-zero / non-finite)
+
+
+# --------------------------------------------------------------------------- basics
+
+num = from_json_number   # a record's number as a float: None for missing or unparsable
+
+
+def finite(value) -> float | None:
+    v = num(value)
+    return v if v is not None and math.isfinite(v) else None
+
+
+def metrics_of(rec: Mapping) -> Mapping:
+    m = rec.get("metrics") if isinstance(rec, Mapping) else None
+    return m if isinstance(m, Mapping) else {}
+
+
+def is_golden_record(rec: Mapping) -> bool:
+    return str(rec.get("backend", "")).startswith(GOLDEN_PREFIX)
+
+
+def slug(*parts) -> str:
+    """An HTML id / file name for any strings (hostile ones included): readable part + hash."""
+    text = "|".join(str(p) for p in parts)
+    readable = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48]
+    return f"{readable}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+@dataclass(frozen=True)
+class Case:
+    """A case as the report reads it from its records: M, the operator's other dimensions
+    (``shape``: (name, size) pairs in the operator's order, e.g. (("K", 512), ("N", 1024))), the
+    scale profile and the seed; a size the record does not give is None."""
+    id: str
+    m: int | None
+    shape: tuple[tuple[str, int | None], ...]
+    scale: str
+    seed: int | None
+
+    @property
+    def sizes(self) -> tuple[int | None, ...]:
+        return tuple(v for _, v in self.shape)
+
+    @property
+    def shape_label(self) -> str:
+        return " ".join(f"{d}{v}" for d, v in self.shape) or "?"
+
+    @property
+    def sort_key(self):
+        big = 1 << 62
+        return (self.m if self.m is not None else big, *(v or big for v in self.sizes), self.scale,
+                self.seed if self.seed is not None else big, self.id)
+
+
+_NOT_DIMS = ("m", "scale", "seed", "id", "inputs_file")
+
+
+def case_of(rec: Mapping) -> Case:
+    cid = str(rec.get("case", "?"))
+    spec = rec.get("case_spec") if isinstance(rec.get("case_spec"), Mapping) else {}
+
+    def as_int(v):
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    m = as_int(spec.get("m"))
+    shape = tuple((str(k).upper(), as_int(v)) for k, v in spec.items() if k not in _NOT_DIMS)
+    scale, seed = spec.get("scale"), as_int(spec.get("seed"))
+    parsed = case_id.parse(cid)
+    if parsed and (m is None or seed is None or not shape or None in (v for _, v in shape)):
+        sizes, id_scale, seed = parsed
+        m = sizes.get("M")
+        shape = tuple((d, v) for d, v in sizes.items() if d != "M")
+        scale = scale or id_scale
+    return Case(cid, m, shape, str(scale if scale is not None else "?"), seed)
+
+
+def _order(values: Iterable[str], preferred: Sequence[str]) -> list[str]:
+    seen = list(dict.fromkeys(values))
+    return [v for v in preferred if v in seen] + sorted(v for v in seen if v not in preferred)
+
+
+# --------------------------------------------------------------------------- index
+
+@dataclass
+class Index:
+    """Records grouped for look-up."""
+    cases: dict[str, Case]
+    backends: list[str]                       # kernels under test, in first-seen order
+    outputs: list[str]
+    gated: dict[tuple[str, str, str], dict]   # (case, backend, output) -> gated record
+    by_golden: dict[tuple[str, str, str, str], dict]   # (case, backend, output, golden) -> record
+    cell_status: dict[tuple[str, str], dict]  # (case, backend) -> the "*" record of a skip / error
+    goldens: dict[tuple[str, str, str, str], dict]     # (case, golden layer, output, reference) -> record
+    n_records: int = 0
+
+    def case_list(self) -> list[Case]:
+        return sorted(self.cases.values(), key=lambda c: c.sort_key)
+
+
+def index(records: Iterable[Mapping]) -> Index:
+    cases: dict[str, Case] = {}
+    backends: list[str] = []
+    outputs: list[str] = []
+    gated, by_golden, cell_status, goldens = {}, {}, {}, {}
+    n = 0
+    for rec in records:
+        if not isinstance(rec, Mapping):
+            continue
+        n += 1
+        case = case_of(rec)
+        cases.setdefault(case.id, case)
+        backend, output, golden = str(rec.get("backend", "?")), str(rec.get("output", "?")), str(rec.get("golden", "?"))
+        if is_golden_record(rec):
+            goldens[(case.id, backend[len(GOLDEN_PREFIX):], output, golden)] = rec
+            continue
+        if backend not in backends:
+            backends.append(backend)
+        if output == "*":
+            cell_status[(case.id, backend)] = rec
+            continue
+        if output not in outputs:
+            outputs.append(output)
+        by_golden[(case.id, backend, output, golden)] = rec
+        if rec.get("gated"):
+            gated[(case.id, backend, output)] = rec
+    return Index(cases, backends, _order(outputs, operator_outputs()[0]), gated, by_golden, cell_status, goldens, n)
