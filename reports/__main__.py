@@ -34,9 +34,15 @@ def csv_main(argv) -> int:
 
 
 def drift_main(argv) -> int:
+    if "--operator" in argv:      # before the study's module reads the operator
+        i = argv.index("--operator")
+        if i + 1 >= len(argv) or not _select(argv[i + 1]):
+            print("error: --operator NAME (a registered operator or an importable package)", file=sys.stderr)
+            return 2
+        argv = argv[:i] + argv[i + 2:]
     from cases.spec import SCALES
     from reports import drift_study as S
-    parser = argparse.ArgumentParser(prog="python -m reports drift",
+    parser = argparse.ArgumentParser(prog="python -m reports drift [--operator NAME]",
                                      description="the tile-vs-global drift of every declared schedule against M, "
                                                  "from the goldens alone (reports.drift_study)")
     parser.add_argument("-o", "--out", required=True, help="directory for drift.json, drift.md, drift-db.png, "
@@ -75,6 +81,16 @@ def drift_main(argv) -> int:
     return 0
 
 
+def _select(name: str) -> bool:
+    import operators
+    try:
+        operators.select(name)
+    except operators.OperatorNotFound as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "csv":
@@ -94,12 +110,16 @@ def main(argv=None) -> int:
     parser.add_argument("--heatmap-max-m", type=int, default=32768, metavar="M",
                         help="largest M the per-tile replay re-creates (default 32768)")
     args = parser.parse_args(argv)
-    from accuracy.results import resolve_results
-    from reports.page import render
+    from accuracy.results import load_manifest, resolve_results
     start = time.perf_counter()
     try:
         source = resolve_results(args.results)
-        print(f"rendering {source}")
+        # the run's own operator (its manifest's selection): its outputs, schedules and inputs
+        selected = ((load_manifest(source) or {}).get("selection") or {}).get("operator")
+        if selected and not _select(selected):
+            return 2
+        from reports.page import render
+        print(f"rendering {source}" + (f" (operator {selected})" if selected else ""))
         path = render(args.results, args.out, args.baseline, heatmap=not args.no_heatmap,
                       heatmap_max_m=args.heatmap_max_m, drift_study=args.drift_study)
     except FileNotFoundError as exc:     # ResultsNotFound too: a missing, empty or corrupt results file

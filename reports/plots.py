@@ -305,7 +305,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
     bottom the gate's element-wise ratio (fails above 1) for every schedule."""
     from matplotlib.lines import Line2D
 
-    from reports.drift_study import (ARTICLE_M, FAMILIES, KERNEL_OF_FAMILY, declared_schedules,
+    from reports.drift_study import (ARTICLE_M, FAMILIES, KERNEL_OF_FAMILY, declared_schedules, shape_label,
                                      probabilistic_model)
     from accuracy.bounds import unit_roundoff
     summary = study["summary"]
@@ -392,7 +392,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
             handles.append(Line2D([], [], **{"color": "#333333", "lw": 1.2, **style}))
             texts.append(text)
         cfg = study["config"]
-        fig.suptitle(f"{family}: tile-vs-global drift and the gate against M (K={cfg['k']}, N={cfg['n']}, "
+        fig.suptitle(f"{family}: tile-vs-global drift and the gate against M ({shape_label(cfg['shape'])}, "
                      f"{cfg['seeds']} seeds per M)", fontsize=12.5, y=0.995)
         fig.legend(handles, texts, loc="lower center", ncol=2, frameon=False)
         rows = math.ceil(len(handles) / 2)

@@ -76,8 +76,8 @@ def test_cli_writes_the_json_the_table_and_both_figures(tmp_path):
 
     from reports.__main__ import main
     out = tmp_path / "drift"
-    assert main(["drift", "-o", str(out), "--ms", "1024", "4096", "8192", "--seeds", "2", "--k", "8",
-                 "--n", "16", "--processes", "1"]) == 0
+    assert main(["drift", "-o", str(out), "--ms", "1024", "4096", "8192", "--seeds", "2", "--shape", "8,16",
+                 "--processes", "1"]) == 0
     study = json.loads((out / "drift.json").read_text())
     assert study["config"]["seeds"] == 2 and len(study["points"]) == 2 * 3 * 2 * 3
     assert "| seed | dw | article |" in (out / "drift.md").read_text()
@@ -85,6 +85,7 @@ def test_cli_writes_the_json_the_table_and_both_figures(tmp_path):
         width, height = Image.open(out / name).size
         assert (width, height) == (1200, 860)     # fits a 1366-px laptop screen at 100% zoom
     assert main(["drift", "-o", str(out), "--seeds", "0"]) == 2
+    assert main(["drift", "-o", str(out), "--shape", "8"]) == 2      # SwiGLU has two sizes after M
 
 
 @pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (/usr/bin/chromium); "
