@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cases.expectations import EXPECTATIONS_DIR, QUANTITIES, Bound, Expectation, measured_size, parse
+from cases.expectations import QUANTITIES, Bound, Expectation, measured_size, parse
 
 BOUND_LINE = re.compile(r"^bound\.[A-Za-z0-9_]+\s*=")
 ENTRY_HEADER = "[[expected]]"
@@ -136,7 +136,8 @@ def _fmt(b: Bound | None) -> str:
     return "-" if b is None else ", ".join(f"{q} {_number(getattr(b, q))}" for q in QUANTITIES)
 
 
-def main(argv: list[str] | None = None, directory: Path = EXPECTATIONS_DIR) -> int:
+def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
+    """``directory``: the known failures' folder (default: that of the run's operator, from its manifest)."""
     from accuracy.results import load_manifest, load_records
     parser = argparse.ArgumentParser(prog="python -m cases.expectations update", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -151,6 +152,12 @@ def main(argv: list[str] | None = None, directory: Path = EXPECTATIONS_DIR) -> i
     if manifest is None:
         parser.error(f"{args.results} has no run manifest: its platform facts are unknown, so no bound can be "
                      "attributed to a platform; rerun the matrix with this version")
+    if directory is None:
+        import operators
+        name = (manifest.get("selection") or {}).get("operator") or operators.selected()
+        directory = operators.get(name).expectations
+        if directory is None:
+            parser.error(f"operator {name!r} declares no folder of known failures (Operator.expectations)")
     print(f"platform facts of the run: {manifest.get('facts')}")
     refused, writes = [], {}
     for path in sorted(directory.glob("*.toml")):
