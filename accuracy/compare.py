@@ -37,6 +37,7 @@ from accuracy.metrics import SLICE_ELEMENTS, ErrorStats
 from accuracy.tolerances import TOLERANCES, Tolerance
 from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
 from goldens.rounding import round_to
+from accuracy.tile_drift import TileDriftRecorder
 from goldens.stream import DEFAULT_CHUNK_ROWS, REDUCTION_BLOCK, GoldenPass
 from kernels.contract import OPERATOR, OUTPUT_NAMES, ROW_OUTPUTS
 from operators.declaration import ROUNDED_TERMS, operand_sum
@@ -152,6 +153,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     downstream outputs against its own upstream ones (``OWN_OUTPUTS``); the verdict reads nothing else, so ``diagnose=False`` (no
     faithful or tiled layers, a third of the work) gives the same verdicts. Returns ``{"backends": {backend: {output: {golden: metrics}}},
     "goldens": {GoldenPair: {output: metrics}}, "ideal": {output: metrics of the reference vs FP64},
+    "tile_drift": {tiled layer: {reduction: per-tile drift}} (``accuracy.tile_drift``),
     "attribution": {backend: {output: {...}}}}``."""
     sizes = OPERATOR.sizes(inputs)
     m = sizes[OPERATOR.dims[0]]
@@ -165,7 +167,10 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
         for pair in (GoldenPair(names["faithful"], "fp64"), GoldenPair(names["tiled"], names["faithful"])):
             if pair not in pairs:
                 pairs.append(pair)
-    golden_pass = GoldenPass(inputs, layers, chunk_rows=chunk_rows, terms=True)
+    # the tiled layers' per-tile drift, recorded by the pass itself (the report's heatmap reads it)
+    drift = TileDriftRecorder({name: s for name, s in layers.items() if name.startswith("tiled:") and not s.is_global},
+                              {o: OPERATOR.output(o).kernel for o in OPERATOR.reduction_outputs}, m)
+    golden_pass = GoldenPass(inputs, layers, chunk_rows=chunk_rows, terms=True, tile_observer=drift.observe)
     terms = golden_pass.terms
 
     def goldens_of(b: str, o: str) -> list[str]:
@@ -286,6 +291,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
             backends[b][o]["tiled"] = dict(backends[b][o]["faithful"])
     goldens = {pair: {o: per_o[o].finalize() for o in OUTPUT_NAMES} for pair, per_o in between.items()}
     return {"backends": backends, "goldens": goldens, "ideal": {o: ideal[o].finalize() for o in OUTPUT_NAMES},
+            "tile_drift": drift.result(),
             "attribution": ({b: attribution(backends[b], goldens, golden_layers(schedules[b])) for b in backends}
                             if diagnose else {})}
 

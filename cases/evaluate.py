@@ -239,7 +239,14 @@ def golden_records(outcome: CaseOutcome) -> list[dict]:
     if not outcome.comparison:
         return []
     spec = outcome.spec
-    return [{"case": spec.id, "case_spec": spec.asdict(), "backend": f"golden:{pair.layer}",
-             "output": output, "golden": pair.reference, "status": "info", "metrics": m,
-             "seconds": outcome.golden_seconds}
-            for pair, per_output in outcome.comparison["goldens"].items() for output, m in per_output.items()]
+    drift = outcome.comparison.get("tile_drift", {})
+    records = []
+    for pair, per_output in outcome.comparison["goldens"].items():
+        for output, m in per_output.items():
+            rec = {"case": spec.id, "case_spec": spec.asdict(), "backend": f"golden:{pair.layer}",
+                   "output": output, "golden": pair.reference, "status": "info", "metrics": m,
+                   "seconds": outcome.golden_seconds}
+            if output in drift.get(pair.layer, {}):
+                rec["tile_drift"] = drift[pair.layer][output]     # per tile, against the global sum of the same partials
+            records.append(rec)
+    return records

@@ -103,12 +103,10 @@ def main(argv=None) -> int:
     parser.add_argument("-o", "--out", required=True, help="output directory (index.html + plots/)")
     parser.add_argument("--baseline", help="a previous results directory to diff against")
     parser.add_argument("--no-heatmap", action="store_true",
-                        help="skip the per-tile drift replay (re-creates one case's inputs)")
+                        help="leave out the per-tile drift heatmap")
     parser.add_argument("--drift-study", metavar="DIR",
                         help="a drift study's directory (python -m reports drift -o DIR); default OUT/drift "
                              "when it holds one")
-    parser.add_argument("--heatmap-max-m", type=int, default=32768, metavar="M",
-                        help="largest M the per-tile replay re-creates (default 32768)")
     args = parser.parse_args(argv)
     from accuracy.results import load_manifest, resolve_results
     start = time.perf_counter()
@@ -121,7 +119,7 @@ def main(argv=None) -> int:
         from reports.page import render
         print(f"rendering {source}" + (f" (operator {selected})" if selected else ""))
         path = render(args.results, args.out, args.baseline, heatmap=not args.no_heatmap,
-                      heatmap_max_m=args.heatmap_max_m, drift_study=args.drift_study)
+                      drift_study=args.drift_study)
     except FileNotFoundError as exc:     # ResultsNotFound too: a missing, empty or corrupt results file
         print(f"error: {exc}", file=sys.stderr)
         return 2

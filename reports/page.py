@@ -25,8 +25,6 @@ from reports import data as D
 
 TEMPLATES = Path(__file__).parent / "templates"
 PLOTS = "plots"
-CACHE = ".cache"
-CACHE_VERSION = 2   # 2: the replay is the golden pass itself (canonical blocks within a tile)
 
 
 # --------------------------------------------------------------------------- loading
@@ -113,31 +111,11 @@ def _tile_rows() -> dict[str, int | None]:
         return {}
 
 
-def _tile_drift(idx: D.Index, out: Path, *, max_m: int, case, block: int, timings: dict):
-    """Replay the operator's default schedule for one case (cached by case x schedule x block in out/.cache)."""
+def _tile_drift(idx: D.Index):
+    """The default schedule's per-tile drift, as the golden pass recorded it (``reports.tiledrift``)."""
     from goldens.schedule import default_schedule
     from reports import tiledrift
-    schedule = default_schedule()
-    if case is None:
-        spec, why = tiledrift.choose_case(idx.case_list(), max_m=max_m, schedule=schedule)
-        if spec is None:
-            return None, why
-    else:
-        spec, why = case, "chosen by the caller"
-    cache = out / CACHE / f"tile-drift-{D.slug(spec.id, schedule, block, CACHE_VERSION)}.json"
-    if cache.exists():
-        try:
-            td = tiledrift.TileDrift.from_json(json.loads(cache.read_text()))
-            timings["tile drift replay (cached)"] = 0.0
-            return td, why
-        except Exception:   # noqa: BLE001 - a stale cache is recomputed
-            pass
-    t0 = time.perf_counter()
-    td = tiledrift.replay(spec, schedule, block=block)
-    timings["tile drift replay"] = time.perf_counter() - t0
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(cache, json.dumps(td.to_json()))
-    return td, why
+    return tiledrift.from_records(idx, default_schedule().name)
 
 
 def _plot_job(job) -> None:
@@ -211,13 +189,12 @@ def _drift_study(out: Path, source, img) -> dict | None:
 # --------------------------------------------------------------------------- render
 
 def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline: str | os.PathLike | None = None,
-           *, heatmap: bool = True, heatmap_max_m: int = 32768, heatmap_case=None, heatmap_block: int = 64,
-           title: str | None = None, processes: int | None = None,
+           *, heatmap: bool = True, title: str | None = None, processes: int | None = None,
            drift_study: str | os.PathLike | None = None) -> Path:
     """Render ``results_dir`` (a results directory or a results JSON file) into ``out_dir/index.html``
     (+ ``out_dir/plots/*.png``); ``baseline``: a previous results directory to diff against.
-    ``heatmap``: replay the article schedule for one case (``heatmap_case``, a ``CaseSpec``, or the
-    largest suitable case in the results, re-created at ``heatmap_max_m`` rows when needed).
+    ``heatmap``: the per-tile drift of the operator's default schedule at the largest case whose
+    records carry it (``reports.tiledrift``; recorded by the golden pass, nothing is recomputed).
     ``processes``: plot in that many processes (default: up to 8 when there are >= 12 plots and >= 4 CPUs;
     1: serially). ``drift_study``: the directory of a drift study (``python -m reports drift -o DIR``);
     default ``out_dir/drift`` when it holds one. Its figures and crossing table head the drift section."""
@@ -299,15 +276,14 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     td, td_why, td_img = None, "", None
     if heatmap:
         try:
-            td, td_why = _tile_drift(idx, out, max_m=heatmap_max_m, case=heatmap_case, block=heatmap_block,
-                                     timings=timings)
+            td, td_why = _tile_drift(idx)
             if td is not None:
                 t0 = time.perf_counter()
                 P.heatmap(td, out / img("tile-drift-heatmap"))
                 td_img = images["tile-drift-heatmap"]
                 timings["heatmap plot"] = time.perf_counter() - t0
         except Exception as exc:   # noqa: BLE001 - the rest of the page is still worth having
-            td, td_why = None, f"tile drift replay failed: {type(exc).__name__}: {exc}"
+            td, td_why = None, f"the tile drift heatmap failed: {type(exc).__name__}: {exc}"
 
     study = _drift_study(out, drift_study, img)
 

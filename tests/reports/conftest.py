@@ -62,8 +62,8 @@ def results_dir(tmp_path_factory, real_records):
 
 @pytest.fixture(scope="session")
 def rendered(tmp_path_factory, real_records):
-    """The rendered report of the real records (heatmap replay at M=4096, K=8, N=16), rendered once
-    per session into a directory shared by the xdist workers."""
+    """The rendered report of the real records (the heatmap from their per-tile drift), rendered
+    once per session into a directory shared by the xdist workers."""
     from reports import render
     root = _root(tmp_path_factory)
     out = root / "report"
@@ -73,5 +73,5 @@ def rendered(tmp_path_factory, real_records):
             results = root / "report-results"
             results.mkdir(exist_ok=True)
             (results / "results.json").write_text(json.dumps({"schema": 1, "records": real_records}))
-            render(results, out, heatmap_max_m=4096)
+            render(results, out)
     return out / "index.html"

@@ -43,7 +43,7 @@ def test_page_and_plots_exist(rendered):
         assert data.startswith(PNG_MAGIC) and len(data) > 1000, src
     for section in ("matrix", "vacuity", "attribution", "drift", "tile-heatmap", "details"):
         assert f'id="{section}"' in html
-    assert "tile-drift-heatmap.png" in html                     # the per-tile replay ran
+    assert "tile-drift-heatmap.png" in html                     # from the records' per-tile drift
 
 
 def test_no_network_resources(rendered):

@@ -1,49 +1,63 @@
-"""The per-tile replay behind the heatmap."""
+"""The per-tile drift behind the heatmap: recorded by the golden pass while it computes the case's
+goldens, carried by the records, read back by the report without recomputing anything."""
 from __future__ import annotations
 
 import torch
 
+from accuracy.tile_drift import TileDriftRecorder
+from cases.evaluate import evaluate_case, golden_records
 from cases.spec import CaseSpec, make_inputs
-from goldens.stream import materialize
+from goldens.stream import GoldenPass, materialize
+from kernels.contract import OPERATOR
 from kernels.pypto.schedule import ARTICLE, HARDENED
+from kernels.registry import resolve
 from reports import data as D
-from reports.tiledrift import TileDrift, choose_case, replay
+from reports.tiledrift import from_records
 
 SPEC = CaseSpec(4500, 8, 150, "unit", 0)     # 5 b-tiles (tail 404), 3 w-tiles (tail 404)
+REDUCTIONS = OPERATOR.reduction_outputs
+KERNEL_OF = {o: OPERATOR.output(o).kernel for o in REDUCTIONS}
 
 
-def test_replay_ends_where_the_tiled_golden_ends():
+def _record(schedule, inputs):
+    recorder = TileDriftRecorder({schedule.name: schedule}, KERNEL_OF, SPEC.m)
+    for _ in GoldenPass(inputs, {schedule.name: schedule}, rows=False, tile_observer=recorder.observe).blocks():
+        pass
+    return recorder
+
+
+def test_drift_ends_where_the_tiled_golden_ends():
     inputs = make_inputs(SPEC)
-    td = replay(SPEC, ARTICLE, inputs=inputs, block=64)
+    recorder = _record(ARTICLE, inputs)
     golden = materialize(inputs, ARTICLE)
-    for o in D.operator_outputs()[1]:
-        assert torch.equal(td.finals[o].float(), golden[o].float()), o
-    assert [len(td.drift[o]) for o in D.operator_outputs()[1]] == [5, 5, 3, 3]
-    assert all(len(row) == 3 for row in td.drift["db_g"])        # 150 columns in blocks of 64
-    assert td.tile_rows == {"db_g": 1024, "db_fc": 1024, "dw_g": 2048, "dw_fc": 2048}
-    for o in D.operator_outputs()[1]:
-        assert max(td.utilisation[o]) <= 1.0                       # inside the rounding-model bound
-        assert td.max_drift[o][-1] > 0                             # BF16 accumulation does drift
-        assert max(td.drift[o][-1]) == td.max_drift[o][-1]
-    back = TileDrift.from_json(td.to_json())
-    assert back.drift == td.drift and back.case == SPEC.id
+    for o, final in recorder.finals(ARTICLE.name).items():
+        assert torch.equal(final.float(), golden[o].float()), o
+    data = recorder.result()[ARTICLE.name]
+    assert [len(data[o]["drift"]) for o in REDUCTIONS] == [5, 5, 3, 3]
+    assert all(len(row) == 3 for row in data["db_g"]["drift"])        # 150 columns in blocks of 64
+    assert {o: data[o]["tile_rows"] for o in REDUCTIONS} == {"db_g": 1024, "db_fc": 1024, "dw_g": 2048, "dw_fc": 2048}
+    for o in REDUCTIONS:
+        assert max(data[o]["utilisation"]) <= 1.0                     # inside the rounding-model bound
+        assert data[o]["max_drift"][-1] > 0                           # BF16 accumulation does drift
+        assert max(data[o]["drift"][-1]) == data[o]["max_drift"][-1]
 
 
 def test_fp32_accumulator_drifts_only_by_fp32_order():
-    td = replay(SPEC, HARDENED, block=64)
+    data = _record(HARDENED, make_inputs(SPEC)).result()[HARDENED.name]
     # FP32 accumulation of FP32 partials is the global running sum itself
-    assert all(v == 0 for o in D.operator_outputs()[1] for v in td.max_drift[o])
+    assert all(v == 0 for o in REDUCTIONS for v in data[o]["max_drift"])
 
 
-def _case(m, scale="seed", k=512, n=1024):
-    return D.Case(f"M{m}-K{k}-N{n}-{scale}-s0", m, (("K", k), ("N", n)), scale, 0)
-
-
-def test_choose_case_prefers_the_article_scale_and_caps_m():
-    spec, why = choose_case([_case(220000), _case(4097, "unit"), _case(1, "saturating")], max_m=32768)
-    assert spec == CaseSpec(32768, 512, 1024, "seed", 0) and "capped" in why
-    spec, why = choose_case([_case(20000), _case(1000)], max_m=32768)
-    assert spec == CaseSpec(20000, 512, 1024, "seed", 0)
-    spec, why = choose_case([_case(3000, "unit")], max_m=8192)
-    assert spec == CaseSpec(8192, 512, 1024, "unit", 0) and "too few" in why
-    assert choose_case([D.Case("M3-K8-N8-nonsense-s0", 3, (("K", 8), ("N", 8)), "nonsense", 0)])[0] is None
+def test_the_report_reads_the_drift_the_case_recorded():
+    backend = resolve("tiled-emulation")          # declares the article's schedule: its tiled layer is recorded
+    outcome = evaluate_case(SPEC, [backend], benchmark=None)
+    records = golden_records(outcome)
+    with_drift = [r for r in records if "tile_drift" in r]
+    assert {r["output"] for r in with_drift} == set(REDUCTIONS)
+    assert {r["backend"] for r in with_drift} == {f"golden:tiled:{ARTICLE.name}"}
+    td, why = from_records(D.index(records), ARTICLE.name)
+    assert td is not None and td.case == SPEC.id, why
+    expected = _record(ARTICLE, make_inputs(SPEC)).result()[ARTICLE.name]
+    for o in REDUCTIONS:
+        assert td.max_drift[o] == expected[o]["max_drift"]          # the same numbers, not a replay's
+    assert from_records(D.index([r for r in records if "tile_drift" not in r]), ARTICLE.name)[0] is None
