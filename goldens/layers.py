@@ -1,7 +1,7 @@
 """The three golden layers as pure functions of the case inputs.
 
-Each returns the seven outputs (dg, dfc, db_g, db_fc, dw_g, dw_fc, dx) as full
-tensors in its math dtype; the values of the BF16-faithful and tiled layers are
+Each returns the operator's outputs (SwiGLU's seven: dg, dfc, db_g, db_fc, dw_g, dw_fc, dx) as
+full tensors in its math dtype; the values of the BF16-faithful and tiled layers are
 exactly representable in BF16 wherever their plan stores. They are thin views
 of one streaming pass (``goldens.stream``), which the case matrix uses directly
 so that large M never materialises full-size float64 tensors.
@@ -22,7 +22,7 @@ def fp64_ideal(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def bf16_faithful(inputs: Mapping[str, torch.Tensor], plan: RoundingPlan | None = None) -> dict[str, torch.Tensor]:
-    """FP32 math, BF16 rounding where the plan stores (dg/dfc before they feed dw/dx;
+    """FP32 math, BF16 rounding where the plan stores (SwiGLU: dg/dfc before they feed dw/dx;
     sums and matmul outputs), global sums."""
     return materialize(inputs, FAITHFUL_GLOBAL if plan is None else faithful_schedule(plan))
 

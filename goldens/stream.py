@@ -260,7 +260,7 @@ class GoldenPass:
 
 def materialize(inputs: Mapping[str, torch.Tensor], schedule: TiledSchedule,
                 chunk_rows: int = DEFAULT_CHUNK_ROWS) -> dict[str, torch.Tensor]:
-    """All seven outputs of one layer as full tensors in its math dtype (for tests and small M)."""
+    """Every output of one layer as full tensors in its math dtype (for tests and small M)."""
     golden = GoldenPass(inputs, {schedule.name: schedule}, chunk_rows=chunk_rows)
     parts: dict[str, list[torch.Tensor]] = {o: [] for o in OPERATOR.row_outputs}
     for block in golden.blocks():

@@ -13,7 +13,7 @@ whole case matrix, records and report; the benchmark ``benchmarks/false_alarms.p
 measures catch rates over seeds with them; and a test module is not an importable
 library (a kernel import path into ``tests/`` would break as soon as the tests are not
 on ``sys.path``). They are registered in ``MUTANTS`` here, not in
-``kernels.registry.BACKENDS``: a wrong kernel must never appear among the defaults.
+the operator's ``backends`` (``operators.swiglu_backward``): a wrong kernel must never appear among the defaults.
 
 The correct kernels beside them (``CORRECT``) are the ones every case of the kill
 matrix must pass: ``tiled_fp32`` (the loop below, unedited) and
