@@ -45,9 +45,9 @@ def from_records(idx, schedule: str) -> tuple[TileDrift | None, str]:
     prefer = [op.article_case[-2]] if op.article_case else []
     prefer.append("unit")
 
-    def rank(cid):
+    def rank(cid):      # the preferred scales first, in their order; then the largest M
         case = idx.cases[cid]
-        return (case.scale in prefer and -prefer.index(case.scale), case.m or 0, cid)
+        return (-prefer.index(case.scale) if case.scale in prefer else -len(prefer), case.m or 0, cid)
 
     cid = max(found, key=rank)
     case = idx.cases[cid]
