@@ -51,6 +51,15 @@ class ReductionTermSums:
             shared_part = shared_part.double()
             self.shared[output] = shared_part.clone() if output not in self.shared else self.shared[output] + shared_part
 
+    def add_rows(self, output: str, abs_terms: torch.Tensor, var_terms: torch.Tensor, block: int) -> None:
+        """A sum over M's terms over some rows whose first is a block edge: per term (one row per
+        row of M) |term| and the variance of its legitimate roundings, summed per canonical block of
+        ``block`` rows; the subnormal floor counts the block's rows (one rounded factor per term)."""
+        for a in range(0, abs_terms.shape[0], block):
+            b = min(a + block, abs_terms.shape[0])
+            self.add_block(output, abs_terms[a:b].sum(0, keepdim=True), var_terms[a:b].sum(0, keepdim=True),
+                           torch.full((1, 1), float(b - a), dtype=torch.float64))
+
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
         """No bias beyond the framework's floor (``accuracy.allowance.SCALE_BIAS``)."""
         return 0.0

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import torch
 
-from accuracy.bounds import accumulation_bound, unit_roundoff
+from accuracy.bounds import accumulation_bound, accumulator_roundoff, unit_roundoff
 
 BLOCK = 64   # columns per heatmap cell: 16 cells across N = 1024
 
@@ -36,10 +36,10 @@ def column_blocks(values: torch.Tensor, block: int = BLOCK) -> list[float]:
 
 
 class _Reduction:
-    def __init__(self, acc_dtype: torch.dtype, math_dtype: torch.dtype, tile_rows: int, block: int):
-        self.u_acc = 0.0 if acc_dtype == math_dtype else unit_roundoff(acc_dtype)
-        self.u_math = unit_roundoff(math_dtype)
-        self.math_dtype, self.block = math_dtype, block
+    def __init__(self, sched, kernel: str, tile_rows: int, block: int):
+        self.u_acc = accumulator_roundoff(sched, kernel)
+        self.u_math = unit_roundoff(sched.plan.math)
+        self.math_dtype, self.block = sched.plan.math, block
         self.final = None
         self.data = {"tile_rows": tile_rows, "block": block, "drift": [], "max_drift": [], "mean_drift": [],
                      "max_bound": [], "utilisation": []}
@@ -72,8 +72,7 @@ class TileDriftRecorder:
         per_layer = self._tracks.setdefault(layer, {})
         if output not in per_layer:
             kernel = self._kernel_of[output]
-            per_layer[output] = _Reduction(sched.accumulator(kernel), sched.plan.math,
-                                           sched.tile_m(kernel) or self._m, self._block)
+            per_layer[output] = _Reduction(sched, kernel, sched.tile_m(kernel) or self._m, self._block)
         per_layer[output].tile(tile, running, total, abs_sum)
 
     def finals(self, layer: str) -> dict[str, torch.Tensor]:

@@ -129,11 +129,6 @@ def _select_operator(config) -> None:
         raise pytest.UsageError(str(exc)) from exc
 
 
-def operator_name() -> str:
-    import operators
-    return operators.selected()
-
-
 def _check_device(device: str) -> None:
     kind = device.split(":")[0]
     if kind == "cpu":
@@ -316,7 +311,8 @@ def run_manifest(config) -> dict:
 
 def run_selection(config) -> dict:
     """What decides the run's plan: a merge of shards checks that every shard agrees on it."""
-    return {"operator": operator_name(), "profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
+    import operators
+    return {"operator": operators.selected(), "profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
             "cases": list(config.getoption("--case", default=None) or ()),
             "inputs": [c.id for c in planned_cases(config) if c.inputs_file is not None],
             "backends": backend_names(config), "benchmark": benchmark_name(config),

@@ -76,16 +76,16 @@ class Schedules:
 
     TiledSchedule = Schedule
 
-    def __init__(self, points: Sequence[str], kernels: Sequence[str], outputs: Sequence[str],
-                 default: Schedule | None = None, study: Sequence[Schedule] = ()):
-        """``outputs``: the store points of the operator's outputs (stored in BF16 by the faithful path)."""
+    def __init__(self, points: Sequence[str], kernels: Sequence[str], outputs: Sequence[str]):
+        """``outputs``: the store points of the operator's outputs (stored in BF16 by the faithful path);
+        ``set_default`` names the default and study schedules once they are declared."""
         self.points, self.kernels = tuple(points), tuple(kernels)
         self.BF16_FAITHFUL = self.plan(**{o: BF16 for o in outputs})
         self.FP64_IDEAL = Plan(self.points, torch.float64)
         self.FP64_GLOBAL = Schedule("fp64", self.FP64_IDEAL, {k: None for k in kernels})
         self.FAITHFUL_GLOBAL = Schedule("faithful", self.BF16_FAITHFUL, {k: None for k in kernels})
-        self._default = default
-        self._study = tuple(study)
+        self._default: Schedule | None = None
+        self._study: tuple[Schedule, ...] = ()
 
     def plan(self, math: torch.dtype = torch.float32, **store: torch.dtype | None) -> Plan:
         return Plan(self.points, math, store)

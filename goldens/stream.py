@@ -129,7 +129,7 @@ class GoldenPass:
         """``reductions=False``: the row outputs only: no reductions over M.
         ``rows=False``: the reductions only (SwiGLU: dg, dfc feed them; no dx: its two matmuls skipped).
         ``tile_observer(layer, output, tile, running, global_sum, abs_partials)``: called after each
-        tile of each reduction of each layer, with the running value in the accumulator dtype, the
+        tile of each tiled reduction (a tile_m, not one global sum) of each layer, with the running value in the accumulator dtype, the
         running sum of the same partials in the math dtype (no casts: the global order's value)
         and the sum of |partials| so far (``reports.tiledrift``'s heatmap)."""
         if chunk_rows < 1:
@@ -207,8 +207,9 @@ class GoldenPass:
         if self.tile_observer is not None:
             for name, per_output in acc.items():
                 for o, a in per_output.items():
-                    a.observe = (lambda tile, running, total, abs_sum, name=name, o=o:
-                                 self.tile_observer(name, o, tile, running, total, abs_sum))
+                    if a.tile is not None:   # a global sum is one "tile" with no drift: nothing to track
+                        a.observe = (lambda tile, running, total, abs_sum, name=name, o=o:
+                                     self.tile_observer(name, o, tile, running, total, abs_sum))
 
         for start in range(0, m, self.chunk_rows):
             stop = min(start + self.chunk_rows, m)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 
 from operators.declaration import Operator
 
@@ -51,15 +50,12 @@ def get(name: str | None = None) -> Operator:
 
 
 def select(name: str) -> Operator:
-    """Make ``name`` this process's operator (and its children's). Refused when a framework module
-    has already read another one: its module-level tables would name the other operator's outputs."""
-    operator = get(name)
+    """Make ``name`` this process's operator (and its children's). Refused when this process has
+    already read another one: a framework module's tables would name the other operator's outputs."""
     current = selected()
     if current != name and current in _loaded:
-        stale = sorted(m for m in ("kernels.contract", "goldens.schedule", "goldens.stream", "cases.matrix")
-                       if m in sys.modules)
-        if stale:
-            raise OperatorNotFound(f"operator {name!r}: this process already read operator {current!r} "
-                                   f"(in {', '.join(stale)}); select the operator before the framework imports")
+        raise OperatorNotFound(f"operator {name!r}: this process already read operator {current!r}; "
+                               f"select the operator before the framework imports")
+    operator = get(name)
     os.environ[ENV_VAR] = name
     return operator

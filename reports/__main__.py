@@ -108,20 +108,17 @@ def main(argv=None) -> int:
                         help="a drift study's directory (python -m reports drift -o DIR); default OUT/drift "
                              "when it holds one")
     args = parser.parse_args(argv)
-    from accuracy.results import load_manifest, resolve_results
+    import operators
+    from accuracy.results import resolve_results
+    from reports.page import render
     start = time.perf_counter()
     try:
         source = resolve_results(args.results)
-        # the run's own operator (its manifest's selection): its outputs, schedules and inputs
-        selected = ((load_manifest(source) or {}).get("selection") or {}).get("operator")
-        if selected and not _select(selected):
-            return 2
-        from reports.page import render
-        print(f"rendering {source}" + (f" (operator {selected})" if selected else ""))
+        print(f"rendering {source}")
         path = render(args.results, args.out, args.baseline, heatmap=not args.no_heatmap,
                       drift_study=args.drift_study)
-    except FileNotFoundError as exc:     # ResultsNotFound too: a missing, empty or corrupt results file
-        print(f"error: {exc}", file=sys.stderr)
+    except (FileNotFoundError, operators.OperatorNotFound) as exc:   # ResultsNotFound too: a missing,
+        print(f"error: {exc}", file=sys.stderr)                      # empty or corrupt results file
         return 2
     print(f"report: {path} ({time.perf_counter() - start:.1f} s)")
     return 0

@@ -211,6 +211,11 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     if not Path(results_dir).exists():
         raise FileNotFoundError(f"results directory {results_dir} does not exist")
     data = load_results(results_dir)          # read once: records, manifest and run facts
+    # the run's own operator (its manifest's selection): its outputs, schedules and title
+    run_operator = ((data.get("manifest") or {}).get("selection") or {}).get("operator")
+    if run_operator:
+        import operators
+        operators.select(run_operator)
     records = [r for r in data["records"] if isinstance(r, Mapping)]
     platform = D.platform_summary(data.get("manifest"))
     run_info = _run_info(data)

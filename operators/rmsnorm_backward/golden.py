@@ -75,10 +75,7 @@ def _add_dw_terms(terms: ReductionTermSums, dy: torch.Tensor, xhat: torch.Tensor
     var += bf16_spacing(t.abs() * STORE_BINADE_MARGIN).square_()
     var /= 12
     var += (order * t).square_()
-    for a in range(0, t.shape[0], block):
-        b = min(a + block, t.shape[0])
-        terms.add_block("dw", t[a:b].abs().sum(0, keepdim=True), var[a:b].sum(0, keepdim=True),
-                        torch.full((1, 1), float(b - a), dtype=torch.float64))
+    terms.add_rows("dw", t.abs(), var, block)
 
 
 def chunk(rows: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor], plan, *, want_rows: bool,

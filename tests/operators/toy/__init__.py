@@ -47,11 +47,7 @@ def chunk(rows, weights, plan, *, want_rows, terms=None, raw=None, block=1024) -
     row_terms = None
     if terms is not None:     # FP64: the product's one legitimate rounding, spacing^2 / 12 per term
         row_terms = RowTerms(out["y"].abs()) if want_rows else None
-        var = bf16_spacing(p.abs() * (1 + 2.0 ** -7)).square() / 12
-        for a in range(0, p.shape[0], block):
-            b = min(a + block, p.shape[0])
-            terms.add_block("z", p[a:b].abs().sum(0, keepdim=True), var[a:b].sum(0, keepdim=True),
-                            torch.full((1, 1), float(b - a), dtype=torch.float64))
+        terms.add_rows("z", p.abs(), bf16_spacing(p.abs() * (1 + 2.0 ** -7)).square() / 12, block)
     return ChunkGolden(out, {"z": (None, p)}, row_terms)
 
 
