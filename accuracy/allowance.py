@@ -106,14 +106,15 @@ def term_roundings(var: torch.Tensor, worst: torch.Tensor, roundings: int, sigma
     return torch.minimum(sigmas * var.sqrt(), roundings * U_BF16 * worst)
 
 
-def reduction(terms, output: str, length: int) -> Allowance:
+def reduction(terms, output: str, length: int, rows: slice = slice(None)) -> Allowance:
     """A reduction over M rows: a sum of a row quantity (``sum_over_m``, SwiGLU's db) or an outer
     product (``contraction``, SwiGLU's dw), from the reference's term sums (``terms``: the
-    operator golden's ``term_sums``)."""
+    operator golden's ``term_sums``), for the output's ``rows`` (element by element, so a slice
+    of rows gets the same values as the whole: the comparison takes a [K, N] dw in slices)."""
     sigmas = tail_sigmas(terms.abs[output].numel())
-    worst = terms.abs[output] + MIN_NORMAL * terms.floor_l1[output]
-    var = terms.var[output]
-    partial = terms.prefix[output] + ORDER_WINDOW_BLOCKS * terms.block[output]
+    worst = terms.abs[output][rows] + MIN_NORMAL * terms.floor_l1[output][rows]
+    var = terms.var[output][rows]
+    partial = terms.prefix[output][rows] + ORDER_WINDOW_BLOCKS * terms.block[output][rows]
     order_sigma = U_FP32 * math.sqrt(length / 3) * partial
     order = sigmas * order_sigma
     ref_allow, own_allow = term_roundings(var, worst, 2, sigmas) + order, term_roundings(var, worst, 1, sigmas) + order
@@ -124,7 +125,7 @@ def reduction(terms, output: str, length: int) -> Allowance:
 
 
 def tile_chain(terms, output: str, base: torch.Tensor, tiles: int, tile_rows: int,
-               accumulator_unit_roundoff: float) -> torch.Tensor:
+               accumulator_unit_roundoff: float, rows: slice = slice(None)) -> torch.Tensor:
     """How far a kernel that follows a tiled schedule may legitimately be from that schedule's
     emulation, for db / dw: its FP32 tile partials differ from the emulation's in the last bits
     (another summation order), and a difference at a BF16 cross-tile add flips that add's
@@ -132,12 +133,13 @@ def tile_chain(terms, output: str, base: torch.Tensor, tiles: int, tile_rows: in
     the ``tiles`` casts and adds moves the difference by a step uniform in +-1 ULP of the value
     rounded, the running sum or the tile's partial, B <= prefix + (tile_rows / 1024) x max |block
     sum| (the operator's term sums), independently: sigma = 2 u_acc B sqrt(2 tiles / 3);
-    plus ``base``, the per-term allowance of one rounding (``reduction(...).vs_own``). ``tests/mutants/
+    plus ``base``, the per-term allowance of one rounding (``reduction(...).vs_own``), for the same
+    ``rows`` of the output. ``tests/mutants/
     test_gate_power.py`` replays an ensemble of valid FP32 partial orders through the article's
     chain and checks every member is within this allowance, and the tiling mutants are not."""
     if tiles <= 1 or accumulator_unit_roundoff <= U_FP32:
         return base
     blocks = max(1, -(-tile_rows // 1024))
-    rounded = terms.prefix[output] + blocks * terms.segment[output]
+    rounded = terms.prefix[output][rows] + blocks * terms.segment[output][rows]
     sigma = 2 * accumulator_unit_roundoff * rounded * math.sqrt(2 * tiles / 3)
     return base + TAIL_SIGMAS * sigma

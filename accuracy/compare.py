@@ -33,7 +33,7 @@ import torch
 
 from accuracy import allowance
 from accuracy.bounds import unit_roundoff
-from accuracy.metrics import SLICE_ELEMENTS, ErrorStats
+from accuracy.metrics import SLICE_ELEMENTS, ErrorStats, row_slices
 from accuracy.tolerances import TOLERANCES, Tolerance
 from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
 from goldens.rounding import round_to
@@ -46,6 +46,10 @@ REFERENCE = "reference"      # the gated golden: FP64 from the BF16 inputs, each
 OWN = "own"                  # recomputed from the kernel's own upstream outputs (``gate.own``)
 # the outputs the operator recomputes from a kernel's own upstream outputs
 OWN_OUTPUTS = tuple(OPERATOR.gate.OWN_SOURCE)
+# A reduction output is compared in row slices of about this many elements (64 MiB per FP64
+# temporary): its allowance's temporaries for a whole [K, N] dw at K=4096, N=11008 (360 MB each)
+# set the comparison's peak.
+REDUCTION_SLICE_ELEMENTS = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -253,30 +257,36 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     for o in OUTPUT_NAMES:
         if o in ROW_OUTPUTS:
             continue
-        exact = red["fp64"][o]
-        reference = round_to(exact, torch.bfloat16)
-        rms[o] = _rms(*_sum_squares(reference))
+        exact_whole = red["fp64"][o]
+        rms[o] = _rms(*_sum_squares(round_to(exact_whole, torch.bfloat16)))
         add_output(o)
         ideal[o] = ErrorStats(tolerances[o], shapes[o], dual_only=True)
-        model = allowance.reduction(terms, o, m)
-        ideal[o].update(reference, exact)
-        for b, kernel_out in outputs.items():
-            _update_gated(per_backend[b][o][REFERENCE], kernel_out[o], exact, reference, model)
-            if o in OWN_OUTPUTS:
-                per_backend[b][o][OWN].update(kernel_out[o], own_sums[b].sums[o], allowance=model.vs_own)
-            bound = gate.bound(o, exact, terms.abs[o], schedules[b], sizes)
-            names = golden_layers(schedules[b], diagnose)
-            for g in names:
-                if g == REFERENCE:
-                    continue
-                if g == "tiled":
-                    noise = allowance.tile_chain(terms, o, model.vs_own, *_tiles_and_accumulator(o, schedules[b], m))
-                else:
-                    noise = model.vs_own
-                per_backend[b][o][g].update(kernel_out[o], red[names[g]][o], bound if g == "fp64" else None,
-                                            allowance=noise if g != "fp64" else None)
-        for pair in pairs:
-            between[pair][o].update(red[pair.layer][o], red[pair.reference][o])
+        for rows in row_slices(exact_whole.shape, REDUCTION_SLICE_ELEMENTS):
+            exact = exact_whole[rows]
+            reference = round_to(exact, torch.bfloat16)
+            model = allowance.reduction(terms, o, m, rows)
+            ideal[o].update(reference, exact, row_offset=rows.start)
+            for b, kernel_out in outputs.items():
+                actual = kernel_out[o][rows]
+                _update_gated(per_backend[b][o][REFERENCE], actual, exact, reference, model, rows.start)
+                if o in OWN_OUTPUTS:
+                    per_backend[b][o][OWN].update(actual, own_sums[b].sums[o][rows], row_offset=rows.start,
+                                                  allowance=model.vs_own)
+                bound = gate.bound(o, exact, terms.abs[o][rows], schedules[b], sizes)
+                names = golden_layers(schedules[b], diagnose)
+                for g in names:
+                    if g == REFERENCE:
+                        continue
+                    if g == "tiled":
+                        noise = allowance.tile_chain(terms, o, model.vs_own,
+                                                     *_tiles_and_accumulator(o, schedules[b], m), rows=rows)
+                    else:
+                        noise = model.vs_own
+                    per_backend[b][o][g].update(actual, red[names[g]][o][rows], bound if g == "fp64" else None,
+                                                row_offset=rows.start, allowance=noise if g != "fp64" else None)
+            for pair in pairs:
+                between[pair][o].update(red[pair.layer][o][rows], red[pair.reference][o][rows],
+                                        row_offset=rows.start)
 
     # the fitted scale's rounding bias: the largest of the legitimate paths' on this data, never
     # below the measured bias of exact-product stores (allowance.SCALE_BIAS)

@@ -26,6 +26,20 @@ HIST_SAMPLE = 1 << 20
 # buffer (8192 x 1024 FP32: 14.6 ms per subtraction; in 2^18-element slices, 0.65 ms per 2^23
 # elements, measured on a 2-core EPYC).
 SLICE_ELEMENTS = 1 << 18
+
+
+def slice_rows(width: int) -> int:
+    """Rows per element-wise slice (``SLICE_ELEMENTS``) of an output ``width`` elements wide."""
+    return max(1, SLICE_ELEMENTS // max(1, width))
+
+
+def row_slices(shape, elements: int) -> list[slice]:
+    """The rows of an output of ``shape`` in slices of about ``elements`` elements, each a whole
+    number of ``ErrorStats.update``'s own slices: updating slice by slice (with ``row_offset``)
+    gives the same record, bit for bit, as one update of the whole output."""
+    rows, width = (shape[0], shape[-1]) if len(shape) > 1 else (1, 1)
+    step = slice_rows(width) * max(1, elements // (slice_rows(width) * max(1, width)))
+    return [slice(a, min(a + step, rows)) for a in range(0, max(rows, 1), step)]
 # ULP histogram: 1/8-ULP bins up to 16 ULP, then 8 bins per octave up to 2^16 ULP.
 ULP_EDGES = torch.cat([torch.arange(0, 16, 0.125, dtype=torch.float64),
                        torch.exp2(torch.arange(4, 16.001, 0.125, dtype=torch.float64)),
@@ -160,7 +174,7 @@ class ErrorStats:
         outputs do not underflow. The two histograms come from a systematic sample of at most 2^20
         elements of the whole output; every max, count and the worst elements are exact."""
         rows = actual.shape[0] if actual.dim() > 1 else 0
-        step = max(1, SLICE_ELEMENTS // max(1, actual.shape[-1])) if rows else 0
+        step = slice_rows(actual.shape[-1]) if rows else 0
         if rows <= step:
             self._update_slice(actual, expected, bound, row_offset, rounded_terms, allowance, exact,
                                noise_var, shared_var, shared_axis, shared_total, direction)

@@ -15,7 +15,7 @@ and ``scale_bias(output, exact)``: the largest fitted scale its legitimate paths
 
 ``ReductionTermSums`` keeps the first five from per-block parts; an operator whose terms have
 no rounding bias beyond the framework's measured floor (``accuracy.allowance.SCALE_BIAS``) uses
-it as is (the RMSNorm backward does).
+it as is (the RMSNorm backward does); SwiGLU's ``TermSums`` adds its parts and its bias to it.
 """
 from __future__ import annotations
 
@@ -35,9 +35,11 @@ class ReductionTermSums:
         self.segment: dict[str, torch.Tensor] = {}
         self.rows_seen = 0
 
-    def add_block(self, output: str, abs_part: torch.Tensor, var_part: torch.Tensor, floor_part: torch.Tensor,
-                  shared_part: torch.Tensor | None = None) -> None:
-        """One canonical block's sums of one reduction (each already summed over the block's rows)."""
+    def add_part(self, output: str, abs_part: torch.Tensor, var_part: torch.Tensor, floor_part: torch.Tensor,
+                 shared_part: torch.Tensor | None = None) -> None:
+        """One canonical block's sums of one reduction (each already summed over the block's rows),
+        added in place: ``abs_part`` and ``var_part`` are kept as the first block's sums, so pass
+        tensors nobody else holds (a [K, N] dw part is 360 MB in FP64 at K=4096, N=11008)."""
         abs_part, var_part, floor_part = abs_part.double(), var_part.double(), floor_part.double()
         if output in self.abs:
             self.abs[output] += abs_part
@@ -45,11 +47,14 @@ class ReductionTermSums:
             self.floor_l1[output] += floor_part
             torch.maximum(self.block[output], abs_part, out=self.block[output])
         else:
-            self.abs[output], self.var[output] = abs_part.clone(), var_part.clone()
+            self.abs[output], self.var[output] = abs_part, var_part
             self.floor_l1[output], self.block[output] = floor_part.clone(), abs_part.clone()
         if shared_part is not None:
             shared_part = shared_part.double()
-            self.shared[output] = shared_part.clone() if output not in self.shared else self.shared[output] + shared_part
+            if output in self.shared:
+                self.shared[output] += shared_part
+            else:
+                self.shared[output] = shared_part.clone()
 
     def add_rows(self, output: str, abs_terms: torch.Tensor, var_terms: torch.Tensor, block: int) -> None:
         """A sum over M's terms over some rows whose first is a block edge: per term (one row per
@@ -57,8 +62,9 @@ class ReductionTermSums:
         ``block`` rows; the subnormal floor counts the block's rows (one rounded factor per term)."""
         for a in range(0, abs_terms.shape[0], block):
             b = min(a + block, abs_terms.shape[0])
-            self.add_block(output, abs_terms[a:b].sum(0, keepdim=True), var_terms[a:b].sum(0, keepdim=True),
-                           torch.full((1, 1), float(b - a), dtype=torch.float64))
+            self.add_part(output, abs_terms[a:b].sum(0, keepdim=True), var_terms[a:b].sum(0, keepdim=True),
+                          torch.full((1, 1), float(b - a), dtype=torch.float64))
+        self.rows_seen += abs_terms.shape[0]
 
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
         """No bias beyond the framework's floor (``accuracy.allowance.SCALE_BIAS``)."""

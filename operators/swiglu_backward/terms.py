@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from accuracy.term_sums import ReductionTermSums
 from accuracy.ulp import bf16_spacing
 from goldens.rounding import round_to
 from operators.swiglu_backward import math as swiglu
@@ -60,6 +61,14 @@ def _pow2_scale(peak: float) -> float:
     return 2.0 ** -math.ceil(math.log2(peak))
 
 
+def _accumulate(sums: dict, key: str, part: torch.Tensor) -> None:
+    """sums[key] += part, in place (``part`` is a fresh tensor: the first one is kept as is)."""
+    if key in sums:
+        sums[key] += part
+    else:
+        sums[key] = part
+
+
 @dataclass
 class RowTerms:
     """dx's term sums for a block of rows, float64 [rows, K]."""
@@ -71,10 +80,11 @@ class RowTerms:
     shared: float               # sum_mn var(dg)_mn (r w_g)_mn^2 + (fc likewise): see above
 
 
-class TermSums:
+class TermSums(ReductionTermSums):
     """Accumulates the term sums of db_g, db_fc, dw_g, dw_fc block by block; ``rows`` gives dx's."""
 
     def __init__(self, inputs: Mapping[str, torch.Tensor]):
+        super().__init__()
         peak = {n: float(inputs[n].abs().max()) if inputs[n].numel() else 0.0 for n in inputs}
         self.s_x = _pow2_scale(peak["x"])
         # |dg| <= |dy| |fc| (1 + |g| max(s(1-s))) <= 1.25 |dy| |fc|;  |dfc| <= |dy| |g|
@@ -86,16 +96,7 @@ class TermSums:
         w_fc = inputs["w_fc"].float() * self.s_wfc
         self._w = {"abs": (w_g.abs().t(), w_fc.abs().t()), "sq": ((w_g * w_g).t(), (w_fc * w_fc).t())}
         self._w["signed"] = (w_g, w_fc)
-        self.shared: dict[str, torch.Tensor] = {}
-        self.abs: dict[str, torch.Tensor] = {}
-        self.var: dict[str, torch.Tensor] = {}
-        self.block: dict[str, torch.Tensor] = {}
-        self.prefix: dict[str, torch.Tensor] = {}   # filled by the golden pass from the FP64 layer
-        self.segment: dict[str, torch.Tensor] = {}  # likewise: max |one block's sum|
-        # sum over the terms of |the operand other than dg/dfc|: the subnormal floor's worst case
-        self.floor_l1: dict[str, torch.Tensor] = {}
         self.dx_floor_l1 = (inputs["w_g"].double().abs().sum(1) + inputs["w_fc"].double().abs().sum(1)).unsqueeze(0)
-        self.rows_seen = 0
         # the fitted scale's rounding bias of each legitimate dtype path, on this case's data
         # (``scale_bias``): per path, dg's and dfc's errors against the exact values, carried
         # linearly into db (column sums), dw (x^T err) and dx (err w^T, dotted with the exact rows)
@@ -152,11 +153,9 @@ class TermSums:
                 errs.append(err)
             sums = self._err_sums[name]
             for o, err, scale in zip(("g", "fc"), errs, (self.s_dg, self.s_dfc)):
-                part = {f"db_{o}": err.sum(0, keepdim=True).double() / scale}
+                _accumulate(sums, f"db_{o}", err.sum(0, keepdim=True).double().div_(scale))
                 if x32 is not None:
-                    part[f"dw_{o}"] = (x32.t() @ err).double() / scale
-                for key, v in part.items():
-                    sums[key] = v if key not in sums else sums[key] + v
+                    _accumulate(sums, f"dw_{o}", (x32.t() @ err).double().div_(scale))
             self._chunk_err[name] = errs
 
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
@@ -206,31 +205,17 @@ class TermSums:
                   var_fc: torch.Tensor) -> None:
         """One canonical block of rows (x as given, the reference's dg, dfc, and their rounding
         variances from ``rounding_variance``)."""
-        dg, dfc = (dg * self.s_dg).float(), (dfc * self.s_dfc).float()
         xs = (x * self.s_x).float()
         a_x, q_x = xs.abs().t(), (xs * xs).t()
         ones = torch.ones(1, xs.shape[0])
         u_x = 1.0 / self.s_x
-        parts_abs = {"db_g": (ones @ dg.abs()).double() / self.s_dg, "db_fc": (ones @ dfc.abs()).double() / self.s_dfc,
-                     "dw_g": (a_x @ dg.abs()).double() * (u_x / self.s_dg),
-                     "dw_fc": (a_x @ dfc.abs()).double() * (u_x / self.s_dfc)}
-        parts_var = {"db_g": (ones @ var_g).double() / self.s_dg ** 2, "db_fc": (ones @ var_fc).double() / self.s_dfc ** 2,
-                     "dw_g": (q_x @ var_g).double() * (u_x / self.s_dg) ** 2,
-                     "dw_fc": (q_x @ var_fc).double() * (u_x / self.s_dfc) ** 2}
         x_sq = (xs * xs).sum(1, keepdim=True).t()        # [1, rows]: |x[m, :]|^2
-        parts_shared = {"dw_g": (x_sq @ var_g).double() * (u_x / self.s_dg) ** 2,
-                        "dw_fc": (x_sq @ var_fc).double() * (u_x / self.s_dfc) ** 2}
-        for name, part in parts_shared.items():
-            self.shared[name] = part if name not in self.shared else self.shared[name] + part
-        for name, part in parts_abs.items():
-            if name in self.abs:
-                self.abs[name] += part
-                self.var[name] += parts_var[name]
-                torch.maximum(self.block[name], part, out=self.block[name])
-            else:
-                self.abs[name], self.var[name], self.block[name] = part, parts_var[name], part.clone()
-        x_l1 = x.double().abs().sum(0).unsqueeze(1)          # [K, 1]
+        x_l1 = x.double().abs().sum(0).unsqueeze(1)      # [K, 1]: the subnormal floor's worst case
         rows = torch.full((1, 1), float(x.shape[0]), dtype=torch.float64)
-        for name, part in (("db_g", rows), ("db_fc", rows), ("dw_g", x_l1), ("dw_fc", x_l1)):
-            self.floor_l1[name] = part.clone() if name not in self.floor_l1 else self.floor_l1[name] + part
+        # one [K, N] part at a time, added and dropped: at K=4096, N=11008 each is 360 MB in FP64
+        for o, exact, var, s in (("g", dg, var_g, self.s_dg), ("fc", dfc, var_fc, self.s_dfc)):
+            terms = (exact * s).float().abs_()
+            self.add_part(f"db_{o}", (ones @ terms).double().div_(s), (ones @ var).double().div_(s ** 2), rows)
+            self.add_part(f"dw_{o}", (a_x @ terms).double().mul_(u_x / s), (q_x @ var).double().mul_((u_x / s) ** 2),
+                          x_l1, (x_sq @ var).double().mul_((u_x / s) ** 2))
         self.rows_seen += x.shape[0]

@@ -60,3 +60,29 @@ def test_verdicts_do_not_depend_on_chunk_rows_or_the_other_backends(runs):
     _same(base, _gate(inputs, outputs, BACKENDS + OTHERS, 8192))
     for b in BACKENDS:     # each alone
         _same({b.name: base[b.name]}, _gate(inputs, outputs, [b], 8192))
+
+
+def test_a_reduction_compared_in_row_slices_gives_the_record_of_one_comparison(runs, monkeypatch):
+    """db and dw are compared in row slices of REDUCTION_SLICE_ELEMENTS (the allowance's
+    temporaries of a whole production-size dw set the comparison's peak memory): every field of
+    every record, exact counts, maxima with their index, histograms, floors and the aggregate
+    sums, is the same bit for bit as one comparison of the whole output. Small slices here (5 rows
+    per element-wise slice, 20 per reduction slice: dw's 96 rows in 5 slices, the last partial)."""
+    import json
+
+    import accuracy.compare
+    import accuracy.metrics
+    inputs, outputs = runs
+    monkeypatch.setattr(accuracy.metrics, "SLICE_ELEMENTS", 1000)
+
+    def records(slice_elements):
+        monkeypatch.setattr(accuracy.compare, "REDUCTION_SLICE_ELEMENTS", slice_elements)
+        chosen = BACKENDS[:2]
+        result = compare_case(inputs, {b.name: outputs[b.name] for b in chosen},
+                              {b.name: declared_schedule(b) for b in chosen})
+        return {b: {o: json.dumps(result["backends"][b][o], sort_keys=True) for o in ("db_g", "dw_g", "dw_fc")}
+                for b in result["backends"]}, json.dumps({str(p): v for p, v in result["goldens"].items()}, sort_keys=True)
+
+    whole, sliced = records(1 << 30), records(4000)
+    assert accuracy.metrics.row_slices([96, 200], 4000)[-1] == slice(80, 96)
+    assert whole == sliced
