@@ -38,7 +38,7 @@ from accuracy.tolerances import TOLERANCES, Tolerance
 from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
 from goldens.rounding import round_to
 from accuracy.tile_drift import TileDriftRecorder
-from goldens.stream import DEFAULT_CHUNK_ROWS, REDUCTION_BLOCK, GoldenPass
+from goldens.stream import REDUCTION_BLOCK, GoldenPass
 from kernels.contract import OPERATOR, OUTPUT_NAMES, ROW_OUTPUTS
 from operators.declaration import ROUNDED_TERMS, operand_sum
 
@@ -93,7 +93,7 @@ def _rms(sum_squares: float, count: int) -> float:
 
 
 def reference_rows(inputs: Mapping[str, torch.Tensor], tolerances: Mapping[str, Tolerance] = TOLERANCES,
-                   chunk_rows: int = DEFAULT_CHUNK_ROWS) -> tuple[dict[str, float], dict[str, ErrorStats]]:
+                   chunk_rows: int | None = None) -> tuple[dict[str, float], dict[str, ErrorStats]]:
     """A first, rows-only FP64 pass (the element-wise part and dx's two matmuls; about a tenth of
     the comparison at the article's case) for what the comparison needs before the first row is
     judged: each row output's reference rms (the magnitude-aware atol, so that every mismatch is
@@ -150,7 +150,7 @@ class _OwnSums:
 
 def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mapping[str, torch.Tensor]],
                  schedules: Mapping[str, TiledSchedule], *, tolerances: Mapping[str, Tolerance] = TOLERANCES,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS, diagnose: bool = True) -> dict:
+                 chunk_rows: int | None = None, diagnose: bool = True) -> dict:
     """``outputs[backend]`` are validated backend outputs; ``schedules[backend]`` the schedule
     each backend declares (its faithful and tiled goldens, for diagnosis). Every backend is gated
     against the same reference with the same allowance (``accuracy.allowance``), and its

@@ -17,7 +17,6 @@ from accuracy.dual import DEFAULT_BENCHMARK, DualVerdict, dual_verdicts
 from accuracy.gate import Verdict, gated_verdicts
 from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import SCHEDULE_TYPE, TiledSchedule, default_schedule
-from goldens.stream import DEFAULT_CHUNK_ROWS
 from kernels.registry import Backend
 from kernels.isolated import can_isolate, run_isolated
 from kernels.runner import BackendRun, run_backend
@@ -59,7 +58,7 @@ def _bit_identical(a: dict, b: dict) -> bool:
 
 def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = "cpu",
                   golden_device: str | None = None,
-                  chunk_rows: int = DEFAULT_CHUNK_ROWS, isolate: bool = False,
+                  chunk_rows: int | None = None, isolate: bool = False,
                   cell_timeout: float | None = None, repeats: int = 1,
                   benchmark: str | None = DEFAULT_BENCHMARK) -> CaseOutcome:
     """``isolate``: run each nameable backend in its own child process (``kernels.isolated``), so a

@@ -41,6 +41,25 @@ DEFAULT_CHUNK_ROWS = 2048
 # 1024 rows: the b and x kernels' tile and a divisor of the w kernel's (2048), so the tiled
 # layers of the article's schedule share the canonical block partials at no extra cost.
 REDUCTION_BLOCK = 1024
+# A wider row output gets fewer rows per chunk (down to one block), so that a chunk holds at
+# most about this many elements per row output: at N=11008 (a production SwiGLU) 2048-row chunks
+# held 22.5M-element FP64 tensors (180 MB each), and the comparison's per-chunk allowance
+# temporaries about 2 GB on top of the term sums. Outputs up to 4096 wide keep 2048 rows.
+CHUNK_ELEMENTS = DEFAULT_CHUNK_ROWS * 4096
+
+
+def chunk_rows_for(inputs: Mapping[str, torch.Tensor], chunk_rows: int | None = None) -> int:
+    """Rows per chunk: ``chunk_rows`` when given, else DEFAULT_CHUNK_ROWS, fewer for outputs
+    wider than CHUNK_ELEMENTS / DEFAULT_CHUNK_ROWS; always a whole number of reduction blocks
+    (chunk edges are block edges), so the goldens' bits do not depend on it."""
+    if chunk_rows is None:
+        shapes = OPERATOR.output_shapes(OPERATOR.sizes(inputs))
+        width = max([shapes[o][-1] for o in OPERATOR.row_outputs] + [1])
+        rows = min(DEFAULT_CHUNK_ROWS, CHUNK_ELEMENTS // width)
+        return max(REDUCTION_BLOCK, rows // REDUCTION_BLOCK * REDUCTION_BLOCK)
+    if chunk_rows < 1:
+        raise ValueError("chunk_rows must be >= 1")
+    return -(-chunk_rows // REDUCTION_BLOCK) * REDUCTION_BLOCK
 OPERATOR = operators.get()
 REDUCTION_OUTPUTS = OPERATOR.reduction_outputs
 
@@ -124,7 +143,7 @@ class GoldenPass:
     tiles of |tile partial|: what a drift study needs (``reports.drift_study``)."""
 
     def __init__(self, inputs: Mapping[str, torch.Tensor], layers: Mapping[str, TiledSchedule], *,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS, terms: bool = False, reductions: bool = True,
+                 chunk_rows: int | None = None, terms: bool = False, reductions: bool = True,
                  rows: bool = True, accumulators: bool = False, tile_observer=None):
         """``reductions=False``: the row outputs only: no reductions over M.
         ``rows=False``: the reductions only (SwiGLU: dg, dfc feed them; no dx: its two matmuls skipped).
@@ -132,13 +151,11 @@ class GoldenPass:
         tile of each tiled reduction (a tile_m, not one global sum) of each layer, with the running value in the accumulator dtype, the
         running sum of the same partials in the math dtype (no casts: the global order's value)
         and the sum of |partials| so far (``reports.tiledrift``'s heatmap)."""
-        if chunk_rows < 1:
-            raise ValueError("chunk_rows must be >= 1")
         if not (rows or reductions):
             raise ValueError("rows=False and reductions=False leave nothing to compute")
         self.inputs = inputs
         self.layers = dict(layers)
-        self.chunk_rows = -(-chunk_rows // REDUCTION_BLOCK) * REDUCTION_BLOCK   # chunk edges are block edges
+        self.chunk_rows = chunk_rows_for(inputs, chunk_rows)
         self.want_terms = terms
         self.want_reductions = reductions
         self.want_rows = rows
@@ -260,7 +277,7 @@ class GoldenPass:
 
 
 def materialize(inputs: Mapping[str, torch.Tensor], schedule: TiledSchedule,
-                chunk_rows: int = DEFAULT_CHUNK_ROWS) -> dict[str, torch.Tensor]:
+                chunk_rows: int | None = None) -> dict[str, torch.Tensor]:
     """Every output of one layer as full tensors in its math dtype (for tests and small M)."""
     golden = GoldenPass(inputs, {schedule.name: schedule}, chunk_rows=chunk_rows)
     parts: dict[str, list[torch.Tensor]] = {o: [] for o in OPERATOR.row_outputs}

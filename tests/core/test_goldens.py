@@ -156,6 +156,26 @@ def test_stream_never_holds_full_size_float64_rows():
     assert max(sizes) == 2048 and sum(sizes) == 9000
 
 
+def test_chunks_get_fewer_rows_where_a_row_output_is_wider_than_4096():
+    """2048 rows per chunk up to N=4096 (the quick profile's cases keep their chunking), one
+    1024-row block beyond (a production N=11008: 11.3M elements per FP64 chunk tensor instead of
+    22.5M); an explicit chunk_rows wins, rounded up to whole blocks."""
+    from goldens.stream import chunk_rows_for
+
+    def inputs(n, k=512, m=1):
+        shapes = {"x": (m, k), "dy": (m, n), "g": (m, n), "fc": (m, n), "w_g": (k, n), "w_fc": (k, n)}
+        return {name: torch.empty(shape, dtype=torch.bfloat16, device="meta") for name, shape in shapes.items()}
+
+    assert [chunk_rows_for(inputs(n)) for n in (200, 1024, 4096, 4097, 11008, 65536)] == [2048, 2048, 2048, 1024, 1024, 1024]
+    assert chunk_rows_for(inputs(200, k=4096)) == 2048
+    assert chunk_rows_for(inputs(200, k=8192)) == 1024              # dx is [M, K]: the widest row output counts
+    assert chunk_rows_for(inputs(11008), 1000) == 1024 and chunk_rows_for(inputs(200), 4097) == 5120
+    with pytest.raises(ValueError, match="chunk_rows must be >= 1"):
+        chunk_rows_for(inputs(200), 0)
+    golden = GoldenPass(case_inputs(3000, k=64, n=5000), {"fp64": FP64_GLOBAL})
+    assert [b.stop - b.start for b in golden.blocks()] == [1024, 1024, 952]
+
+
 def test_unknown_rounding_point_is_rejected():
     with pytest.raises(ValueError, match="unknown rounding points"):
         RoundingPlan(store={"dq": torch.bfloat16})
