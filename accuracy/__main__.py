@@ -18,13 +18,16 @@ def main(argv=None) -> int:
                                        "and hosts left out): exit 1 when any differs")
     diff.add_argument("before", help="results directory (its latest run), run folder or results file")
     diff.add_argument("after")
+    diff.add_argument("--float-rtol", type=float, default=None, metavar="R",
+                      help="floats may differ by this relative amount (verdicts, counts, indices and strings "
+                           "stay exact); the largest difference per field is printed")
     args = parser.parse_args(argv)
     from accuracy.merge import MergeError, merge_runs
     from accuracy.results import ResultsNotFound, load_records
     if args.command == "diff":
         from accuracy.record_diff import describe, diff_records
         try:
-            d = diff_records(load_records(args.before), load_records(args.after))
+            d = diff_records(load_records(args.before), load_records(args.after), args.float_rtol)
         except ResultsNotFound as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -112,9 +112,9 @@ def reduction(terms, output: str, length: int, rows: slice = slice(None)) -> All
     operator golden's ``term_sums``), for the output's ``rows`` (element by element, so a slice
     of rows gets the same values as the whole: the comparison takes a [K, N] dw in slices)."""
     sigmas = tail_sigmas(terms.abs[output].numel())
-    worst = terms.abs[output][rows] + MIN_NORMAL * terms.floor_l1[output][rows]
-    var = terms.var[output][rows]
-    partial = terms.prefix[output][rows] + ORDER_WINDOW_BLOCKS * terms.block[output][rows]
+    worst = terms.part("abs", output, rows) + MIN_NORMAL * terms.part("floor_l1", output, rows)
+    var = terms.part("var", output, rows)
+    partial = terms.part("prefix", output, rows) + ORDER_WINDOW_BLOCKS * terms.part("block", output, rows)
     order_sigma = U_FP32 * math.sqrt(length / 3) * partial
     order = sigmas * order_sigma
     ref_allow, own_allow = term_roundings(var, worst, 2, sigmas) + order, term_roundings(var, worst, 1, sigmas) + order
@@ -140,6 +140,6 @@ def tile_chain(terms, output: str, base: torch.Tensor, tiles: int, tile_rows: in
     if tiles <= 1 or accumulator_unit_roundoff <= U_FP32:
         return base
     blocks = max(1, -(-tile_rows // 1024))
-    rounded = terms.prefix[output][rows] + blocks * terms.segment[output][rows]
+    rounded = terms.part("prefix", output, rows) + blocks * terms.part("segment", output, rows)
     sigma = 2 * accumulator_unit_roundoff * rounded * math.sqrt(2 * tiles / 3)
     return base + TAIL_SIGMAS * sigma

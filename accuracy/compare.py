@@ -272,7 +272,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                 if o in OWN_OUTPUTS:
                     per_backend[b][o][OWN].update(actual, own_sums[b].sums[o][rows], row_offset=rows.start,
                                                   allowance=model.vs_own)
-                bound = gate.bound(o, exact, terms.abs[o][rows], schedules[b], sizes)
+                bound = gate.bound(o, exact, terms.part("abs", o, rows), schedules[b], sizes)
                 names = golden_layers(schedules[b], diagnose)
                 for g in names:
                     if g == REFERENCE:

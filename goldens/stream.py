@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 import operators
-from operators.declaration import operand_sum
+from operators.declaration import REDUCTION_BLOCK, operand_sum
 from goldens.rounding import round_to
 from goldens.schedule import FP64_IDEAL, RoundingPlan, TiledSchedule
 
@@ -38,9 +38,6 @@ from goldens.schedule import FP64_IDEAL, RoundingPlan, TiledSchedule
 # glibc's largest mmap threshold (32 MiB), so each is page-faulted in afresh; at 2048 rows they
 # are reused. The golden bits do not depend on it (tests/core/test_goldens.py).
 DEFAULT_CHUNK_ROWS = 2048
-# 1024 rows: the b and x kernels' tile and a divisor of the w kernel's (2048), so the tiled
-# layers of the article's schedule share the canonical block partials at no extra cost.
-REDUCTION_BLOCK = 1024
 # A wider row output gets fewer rows per chunk (down to one block), so that a chunk holds at
 # most about this many elements per row output: at N=11008 (a production SwiGLU) 2048-row chunks
 # held 22.5M-element FP64 tensors (180 MB each), and the comparison's per-chunk allowance

@@ -40,6 +40,27 @@ def operand_sum(lhs: torch.Tensor | None, rhs: torch.Tensor) -> torch.Tensor:
     return rhs.sum(0, keepdim=True) if lhs is None else lhs.t() @ rhs
 
 
+# The canonical block of rows every reduction over M is summed in, and every row product computed
+# in (``goldens.stream``). 1024 rows: the b and x kernels' tile and a divisor of the w kernel's
+# (2048), so the tiled layers of the article's schedule share the canonical block partials at no
+# extra cost.
+REDUCTION_BLOCK = 1024
+
+
+def row_product(lhs: torch.Tensor, rhs: torch.Tensor, block: int) -> torch.Tensor:
+    """lhs @ rhs for a chunk of rows whose first row is a block edge, one matmul per ``block`` rows.
+    oneDNN chooses its blocking, and so each row's summation order, by the whole product's shape:
+    at K=2048..4096, N=11008, one 2048-row FP32 product and two 1024-row ones differ in 3.5M-7.0M
+    of 8.4M elements (0 at K<=1024 or N<=8192). Per canonical block, a row's bits depend on the
+    case alone, never on the chunk it streamed in."""
+    if lhs.shape[0] <= block:
+        return lhs @ rhs
+    out = torch.empty(lhs.shape[0], rhs.shape[1], dtype=torch.promote_types(lhs.dtype, rhs.dtype), device=lhs.device)
+    for a in range(0, lhs.shape[0], block):
+        torch.matmul(lhs[a:a + block], rhs, out=out[a:a + block])
+    return out
+
+
 # A row output's companion in ``ChunkGolden.rows``: f"{output}{ROUNDED_TERMS}" holds, per element,
 # the sum of |the terms the plan stores before adding them| (one rounding flip of a stored term
 # moves the output by one ULP of that term; the diagnosis layers allow it).

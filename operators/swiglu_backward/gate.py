@@ -33,7 +33,7 @@ import torch
 
 from accuracy.allowance import MIN_NORMAL, U_BF16, U_FP32, Allowance, tail_sigmas, term_roundings
 from accuracy.bounds import gamma, reduction_bound, unit_roundoff
-from operators.declaration import ChunkGolden
+from operators.declaration import REDUCTION_BLOCK, ChunkGolden, row_product
 from operators.swiglu_backward.terms import RowTerms, TermSums
 
 # dg = (dy*fc) * s*(1 + g*(1-s)) with s = sigmoid(g): about 8 roundings in the math dtype,
@@ -127,6 +127,6 @@ def own(rows: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor],
     canonical blocks, like the golden's."""
     dg, dfc = kernel["dg"].float(), kernel["dfc"].float()
     x = rows["x"].float()
-    own_dx = dg @ weights["w_g"].t() + dfc @ weights["w_fc"].t()
+    own_dx = row_product(dg, weights["w_g"].t(), REDUCTION_BLOCK) + row_product(dfc, weights["w_fc"].t(), REDUCTION_BLOCK)
     return ChunkGolden({"dx": own_dx}, {"db_g": (None, dg), "db_fc": (None, dfc),
                                         "dw_g": (x, dg), "dw_fc": (x, dfc)})

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import torch
 
 from goldens.rounding import round_to
-from operators.declaration import ROUNDED_TERMS, ChunkGolden
+from operators.declaration import ROUNDED_TERMS, ChunkGolden, row_product
 from operators.swiglu_backward.math import elementwise
 from operators.swiglu_backward.terms import TermSums
 
@@ -39,17 +39,17 @@ def chunk(rows: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor],
     dfc_s = round_to(dfc_m, plan.rounding("dfc"))
     out = {"dg": dg_s, "dfc": dfc_s}
     if want_rows:
-        p_g = round_to(dg_s @ weights["w_g"].t(), plan.rounding("dx_product"))
-        p_fc = round_to(dfc_s @ weights["w_fc"].t(), plan.rounding("dx_product"))
+        p_g = round_to(row_product(dg_s, weights["w_g"].t(), block), plan.rounding("dx_product"))
+        p_fc = round_to(row_product(dfc_s, weights["w_fc"].t(), block), plan.rounding("dx_product"))
         out["dx"] = dx = round_to(p_g + p_fc, plan.rounding("dx"))
         if plan.rounding("dx_product") is not None:
             # a rounding flip at a stored product moves dx by one ULP of the product
             out["dx" + ROUNDED_TERMS] = p_g.abs() + p_fc.abs()
     row_terms = None
     if terms is not None:
-        var_g, var_fc = terms.rounding_variance(raw["dy"], raw["g"], raw["fc"], dg_m, dfc_m, raw["x"])
+        var_g, var_fc = terms.rounding_variance(raw["dy"], raw["g"], raw["fc"], dg_m, dfc_m, raw["x"], block)
         if want_rows:
-            row_terms = terms.rows(dg_m, dfc_m, var_g, var_fc, p_g, p_fc, dx)
+            row_terms = terms.rows(dg_m, dfc_m, var_g, var_fc, p_g, p_fc, dx, block)
         x = raw["x"]
         for a in range(0, x.shape[0], block):
             b = min(a + block, x.shape[0])

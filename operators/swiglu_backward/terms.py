@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from accuracy.term_sums import ReductionTermSums
+from operators.declaration import REDUCTION_BLOCK, row_product
 from accuracy.ulp import bf16_spacing
 from goldens.rounding import round_to
 from operators.swiglu_backward import math as swiglu
@@ -113,7 +114,8 @@ class TermSums(ReductionTermSums):
         self._chunk_err: dict = {}                             # path -> (err_g, err_fc) of the current chunk
 
     def rounding_variance(self, dy: torch.Tensor, g: torch.Tensor, fc: torch.Tensor, dg: torch.Tensor,
-                          dfc: torch.Tensor, x: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                          dfc: torch.Tensor, x: torch.Tensor | None = None,
+                          block: int = REDUCTION_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
         """Per element of these rows, the variance of dg's and dfc's legitimate roundings (its store
         and the stored dy*fc or silu(g) before it), FP32 in the units of the scaled terms
         (``self.s_dg ** 2``, ``self.s_dfc ** 2``). ``dg``, ``dfc``: the exact (FP64) values."""
@@ -121,7 +123,7 @@ class TermSums(ReductionTermSums):
         s = swiglu.sigmoid(g)
         factor = swiglu.dg_factor(g, s)         # dg = (dy fc) factor
         silu = swiglu.silu(g, s)                # dfc = dy silu
-        self._add_path_bias(dy, g, fc, dg, dfc, x)
+        self._add_path_bias(dy, g, fc, dg, dfc, x, block)
         var = []
         for exact, scale, inter, times in ((dg, self.s_dg, dy * fc, factor), (dfc, self.s_dfc, silu, dy)):
             store = bf16_spacing((exact.abs() * (scale * STORE_BINADE_MARGIN)).float(), MIN_NORMAL * scale)
@@ -129,7 +131,7 @@ class TermSums(ReductionTermSums):
             var.append(store.square_().add_(inter.square_()).div_(12))
         return var[0], var[1]
 
-    def _add_path_bias(self, dy, g, fc, dg, dfc, x) -> None:
+    def _add_path_bias(self, dy, g, fc, dg, dfc, x, block: int) -> None:
         """Round to nearest is biased on some data: the store of an exact product of two BF16
         values (dy * silu(g) once silu(g) is stored; dy * fc once sigmoid is 1 in FP32) rounds
         toward zero more often than away. Each legitimate path's dg and dfc are computed here in
@@ -153,9 +155,10 @@ class TermSums(ReductionTermSums):
                 errs.append(err)
             sums = self._err_sums[name]
             for o, err, scale in zip(("g", "fc"), errs, (self.s_dg, self.s_dfc)):
-                _accumulate(sums, f"db_{o}", err.sum(0, keepdim=True).double().div_(scale))
-                if x32 is not None:
-                    _accumulate(sums, f"dw_{o}", (x32.t() @ err).double().div_(scale))
+                for a in range(0, err.shape[0], block):      # per canonical block, like every reduction
+                    _accumulate(sums, f"db_{o}", err[a:a + block].sum(0, keepdim=True).double().div_(scale))
+                    if x32 is not None:     # [K, N]: kept FP32 in the scaled errors' units (x 1 / scale)
+                        _accumulate(sums, f"dw_{o}", x32[a:a + block].t() @ err[a:a + block])
             self._chunk_err[name] = errs
 
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
@@ -171,25 +174,27 @@ class TermSums(ReductionTermSums):
         den = float(torch.dot(r, r))
         if den == 0:
             return 0.0
-        return max(abs(float(torch.dot(self._err_sums[p][output].reshape(-1), r))) / den for p in self._paths)
+        unit = 1.0 / (self.s_dg if output.endswith("_g") else self.s_dfc) if output.startswith("dw") else 1.0
+        return max(abs(float(torch.dot(self._err_sums[p][output].reshape(-1).double(), r))) * unit / den
+                   for p in self._paths)
 
     def rows(self, dg: torch.Tensor, dfc: torch.Tensor, var_g: torch.Tensor, var_fc: torch.Tensor,
-             p_g: torch.Tensor, p_fc: torch.Tensor, dx: torch.Tensor) -> RowTerms:
+             p_g: torch.Tensor, p_fc: torch.Tensor, dx: torch.Tensor, block: int = REDUCTION_BLOCK) -> RowTerms:
         """dx's term sums for these rows of the reference's dg, dfc and their rounding variances
         (``rounding_variance``); ``p_g``, ``p_fc`` are dg w_g^T and dfc w_fc^T and ``dx`` the FP64 dx
         rows, as the reference computed them."""
         (a_wg, a_wfc), (q_wg, q_wfc) = self._w["abs"], self._w["sq"]
         ug, ufc = 1.0 / (self.s_dg * self.s_wg), 1.0 / (self.s_dfc * self.s_wfc)
-        abs_g = (((dg * self.s_dg).float().abs_()) @ a_wg).double() * ug
-        abs_fc = (((dfc * self.s_dfc).float().abs_()) @ a_wfc).double() * ufc
-        var = (var_g @ q_wg).double() * ug ** 2 + (var_fc @ q_wfc).double() * ufc ** 2
+        abs_g = row_product((dg * self.s_dg).float().abs_(), a_wg, block).double() * ug
+        abs_fc = row_product((dfc * self.s_dfc).float().abs_(), a_wfc, block).double() * ufc
+        var = row_product(var_g, q_wg, block).double() * ug ** 2 + row_product(var_fc, q_wfc, block).double() * ufc ** 2
         # a stored product rounds the kernel's value, within its worst-case term error 2^-7 sum|terms|
         # of the exact one: the spacing is taken at the top of that range
         half_g = 0.5 * bf16_spacing(p_g.abs() + 2 ** -7 * abs_g)
         half_fc = 0.5 * bf16_spacing(p_fc.abs() + 2 ** -7 * abs_fc)
         s_r = _pow2_scale(float(dx.abs().max()) if dx.numel() else 0.0)
         r = (dx * s_r).float()
-        rw_g, rw_fc = r @ self._w["signed"][0], r @ self._w["signed"][1]
+        rw_g, rw_fc = row_product(r, self._w["signed"][0], block), row_product(r, self._w["signed"][1], block)
         # the paths' dx bias: sum_mk (err_g w_g^T + err_fc w_fc^T) dx = sum_mn err_g (dx w_g) + err_fc (dx w_fc)
         self._bias_den["dx"] += float(r.double().square().sum()) / s_r ** 2
         for name, (err_g, err_fc) in self._chunk_err.items():
@@ -216,6 +221,7 @@ class TermSums(ReductionTermSums):
         for o, exact, var, s in (("g", dg, var_g, self.s_dg), ("fc", dfc, var_fc, self.s_dfc)):
             terms = (exact * s).float().abs_()
             self.add_part(f"db_{o}", (ones @ terms).double().div_(s), (ones @ var).double().div_(s ** 2), rows)
-            self.add_part(f"dw_{o}", (a_x @ terms).double().mul_(u_x / s), (q_x @ var).double().mul_((u_x / s) ** 2),
-                          x_l1, (x_sq @ var).double().mul_((u_x / s) ** 2))
+            # dw's [K, N] sums stay FP32 in the scaled operands' units (``ReductionTermSums.add_part``)
+            self.add_part(f"dw_{o}", a_x @ terms, q_x @ var, x_l1, (x_sq @ var).double().mul_((u_x / s) ** 2),
+                          unit=(u_x / s, (u_x / s) ** 2))
         self.rows_seen += x.shape[0]

@@ -148,6 +148,44 @@ def test_golden_bits_depend_on_neither_chunk_rows_nor_the_other_layers(chunk_row
             assert torch.equal(torch.nan_to_num(ref), torch.nan_to_num(crowd[name][o])), (name, o, chunk_rows)
 
 
+def test_golden_rows_and_term_sums_do_not_depend_on_the_chunk_at_a_production_width():
+    """At M=1100, K=2048, N=8192 oneDNN's products differ per row between one 1100-row matmul and
+    a 1024-row plus a 76-row one (FP32: 1.86M of 2.25M dx elements, FP64: 10, on an avx512 Xeon;
+    its blocking depends on the whole shape): every row product is computed per canonical block
+    (``operators.declaration.row_product``), so dx of every layer, dx's term sums and the
+    reductions' term sums are the same bits for any --chunk-rows. Seen failing with plain
+    chunk-sized products (on a CPU whose oneDNN blocks both shapes alike it cannot fail)."""
+    from operators.swiglu_backward.schedule import FAITHFUL_GLOBAL
+    inp = case_inputs(1100, k=2048, n=8192)
+    layers = {"fp64": FP64_GLOBAL, "faithful": FAITHFUL_GLOBAL}
+
+    def stream(chunk_rows):
+        golden = GoldenPass(inp, layers, chunk_rows=chunk_rows, terms=True)
+        rows = {name: [] for name in layers}
+        row_terms = []
+        for block in golden.blocks():
+            for name in layers:
+                rows[name].append(block.rows[name]["dx"])
+            row_terms.append(torch.stack([block.terms.abs, block.terms.var, block.terms.products]))
+        sums = {f"{name}:{o}": golden.terms.part(name, o) for name in ("abs", "var", "block", "prefix")
+                for o in ("dw_g", "db_fc")}
+        return ({name: torch.cat(r) for name, r in rows.items()}, torch.cat(row_terms, 1), sums,
+                golden.reductions, golden.terms.scale_bias("dw_g", golden.reductions["fp64"]["dw_g"]))
+
+    first = stream(1024)
+    for chunk_rows in (2048,):
+        other = stream(chunk_rows)
+        for name in layers:
+            assert torch.equal(first[0][name], other[0][name]), (name, chunk_rows)
+        assert torch.equal(first[1], other[1]), chunk_rows
+        for key, t in first[2].items():
+            assert torch.equal(t, other[2][key]), (key, chunk_rows)
+        for name in layers:
+            for o, t in first[3][name].items():
+                assert torch.equal(t, other[3][name][o]), (name, o, chunk_rows)
+        assert first[4] == other[4]
+
+
 def test_stream_never_holds_full_size_float64_rows():
     """Row outputs come in chunks of at most chunk_rows rows, whatever M."""
     inp = case_inputs(9000)

@@ -29,3 +29,20 @@ def test_a_changed_metric_a_changed_verdict_and_a_lost_record_are_named():
     assert d.only_before == [("M2-K96-N200-unit-s0", "plain", "dg", "reference")]
     text = describe(d)
     assert "1 differ, 1 only before" in text and "metrics.ulp_max, status" in text
+
+
+def test_floats_within_a_relative_tolerance_pass_and_nothing_else_moves():
+    after = copy.deepcopy(RECORDS)
+    after[0]["metrics"]["ulp_max"] = 0.5 * (1 + 1e-7)
+    assert not diff_records(RECORDS, after).same
+    d = diff_records(RECORDS, after, float_rtol=1e-6)
+    assert d.same and set(d.largest) == {"metrics.ulp_max"} and abs(d.largest["metrics.ulp_max"] - 1e-7) < 1e-12
+    assert "floats that moved" in describe(d) and "metrics.ulp_max 1.0e-07" in describe(d)
+    assert not diff_records(RECORDS, after, float_rtol=1e-8).same
+    counted = copy.deepcopy(RECORDS)
+    counted[0]["metrics"]["mismatches"] = 1           # an int is exact at any tolerance
+    assert not diff_records(RECORDS, counted, float_rtol=0.5).same
+    flipped = copy.deepcopy(RECORDS)
+    flipped[0]["status"] = "fail"
+    assert diff_records(RECORDS, flipped, float_rtol=1.0).differing == {
+        ("M2-K96-N200-unit-s0", "plain", "dx", "reference"): ["status"]}
