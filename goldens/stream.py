@@ -43,6 +43,8 @@ DEFAULT_CHUNK_ROWS = 2048
 # held 22.5M-element FP64 tensors (180 MB each), and the comparison's per-chunk allowance
 # temporaries about 2 GB on top of the term sums. Outputs up to 4096 wide keep 2048 rows.
 CHUNK_ELEMENTS = DEFAULT_CHUNK_ROWS * 4096
+OPERATOR = operators.get()
+REDUCTION_OUTPUTS = OPERATOR.reduction_outputs
 
 
 def chunk_rows_for(inputs: Mapping[str, torch.Tensor], chunk_rows: int | None = None) -> int:
@@ -57,8 +59,6 @@ def chunk_rows_for(inputs: Mapping[str, torch.Tensor], chunk_rows: int | None = 
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be >= 1")
     return -(-chunk_rows // REDUCTION_BLOCK) * REDUCTION_BLOCK
-OPERATOR = operators.get()
-REDUCTION_OUTPUTS = OPERATOR.reduction_outputs
 
 
 @dataclass
