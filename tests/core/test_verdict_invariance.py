@@ -80,8 +80,9 @@ def test_a_reduction_compared_in_row_slices_gives_the_record_of_one_comparison(r
         chosen = BACKENDS[:2]
         result = compare_case(inputs, {b.name: outputs[b.name] for b in chosen},
                               {b.name: declared_schedule(b) for b in chosen})
-        return {b: {o: json.dumps(result["backends"][b][o], sort_keys=True) for o in ("db_g", "dw_g", "dw_fc")}
-                for b in result["backends"]}, json.dumps({str(p): v for p, v in result["goldens"].items()}, sort_keys=True)
+        return ({b: {o: json.dumps(result["backends"][b][o], sort_keys=True) for o in ("db_g", "dw_g", "dw_fc")}
+                 for b in result["backends"]}, json.dumps({str(p): v for p, v in result["goldens"].items()}, sort_keys=True),
+                json.dumps({o: result["ideal"][o] for o in ("db_g", "dw_g", "dw_fc")}, sort_keys=True))
 
     whole, sliced = records(1 << 30), records(4000)
     assert accuracy.metrics.row_slices([96, 200], 4000)[-1] == slice(80, 96)
