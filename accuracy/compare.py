@@ -34,6 +34,7 @@ import torch
 from accuracy import allowance
 from accuracy.bounds import unit_roundoff
 from accuracy.metrics import SLICE_ELEMENTS, ErrorStats, row_slices
+from accuracy.term_sums import accumulate
 from accuracy.tolerances import TOLERANCES, Tolerance
 from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
 from goldens.rounding import round_to
@@ -141,11 +142,7 @@ class _OwnSums:
         for o, (lhs, rhs) in operands.items():
             for a in range(0, rhs.shape[0], REDUCTION_BLOCK):
                 b = min(a + REDUCTION_BLOCK, rhs.shape[0])
-                part = operand_sum(None if lhs is None else lhs[a:b], rhs[a:b])
-                if o in self.sums:
-                    self.sums[o] += part
-                else:
-                    self.sums[o] = part
+                accumulate(self.sums, o, operand_sum(None if lhs is None else lhs[a:b], rhs[a:b]))
 
 
 def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mapping[str, torch.Tensor]],

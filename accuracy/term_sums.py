@@ -26,6 +26,14 @@ from __future__ import annotations
 import torch
 
 
+def accumulate(sums: dict, key: str, part: torch.Tensor) -> None:
+    """sums[key] += part, in place (``part`` is a fresh tensor: the first one is kept as is)."""
+    if key in sums:
+        sums[key] += part
+    else:
+        sums[key] = part
+
+
 class ReductionTermSums:
     """Term sums of the reductions, added block by block in row order (float64, or float32 in
     scaled units where ``add_part`` is given a ``unit``)."""

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from accuracy.term_sums import ReductionTermSums
+from accuracy.term_sums import ReductionTermSums, accumulate
 from operators.declaration import REDUCTION_BLOCK, row_product
 from accuracy.ulp import bf16_spacing
 from goldens.rounding import round_to
@@ -60,14 +60,6 @@ def _pow2_scale(peak: float) -> float:
     if not math.isfinite(peak) or peak <= 0:
         return 1.0
     return 2.0 ** -math.ceil(math.log2(peak))
-
-
-def _accumulate(sums: dict, key: str, part: torch.Tensor) -> None:
-    """sums[key] += part, in place (``part`` is a fresh tensor: the first one is kept as is)."""
-    if key in sums:
-        sums[key] += part
-    else:
-        sums[key] = part
 
 
 @dataclass
@@ -156,9 +148,9 @@ class TermSums(ReductionTermSums):
             sums = self._err_sums[name]
             for o, err, scale in zip(("g", "fc"), errs, (self.s_dg, self.s_dfc)):
                 for a in range(0, err.shape[0], block):      # per canonical block, like every reduction
-                    _accumulate(sums, f"db_{o}", err[a:a + block].sum(0, keepdim=True).double().div_(scale))
+                    accumulate(sums, f"db_{o}", err[a:a + block].sum(0, keepdim=True).double().div_(scale))
                     if x32 is not None:     # [K, N]: kept FP32 in the scaled errors' units (x 1 / scale)
-                        _accumulate(sums, f"dw_{o}", x32[a:a + block].t() @ err[a:a + block])
+                        accumulate(sums, f"dw_{o}", x32[a:a + block].t() @ err[a:a + block])
             self._chunk_err[name] = errs
 
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
