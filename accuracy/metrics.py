@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from accuracy.dual import REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL
@@ -45,6 +46,7 @@ ULP_EDGES = torch.cat([torch.arange(0, 16, 0.125, dtype=torch.float64),
                        torch.exp2(torch.arange(4, 16.001, 0.125, dtype=torch.float64)),
                        torch.tensor([math.inf], dtype=torch.float64)])
 LOG10_EDGES = torch.arange(-45.0, 5.001, 0.25, dtype=torch.float64)
+_ULP_EDGES_NP, _LOG10_EDGES_NP = ULP_EDGES.numpy(), LOG10_EDGES.numpy()
 
 
 def _histogram(values: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
@@ -170,32 +172,190 @@ class ErrorStats:
 
         Element-wise work runs in FP32 (the kernel's BF16 values are exact there; an FP64
         golden rounded to FP32 moves by 2^-24 relative, 2^16 times below a BF16 ULP), in
-        row slices of about ``SLICE_ELEMENTS``; sums of squares run in FP64 so that subnormal
-        outputs do not underflow. The two histograms come from a systematic sample of at most 2^20
+        row slices of about ``SLICE_ELEMENTS``; sums run in FP64 so that subnormal outputs do
+        not underflow. On the CPU one compiled pass (``accuracy.fused``) does the work of the
+        eager passes of ``_update_slice``, which serves other devices and slices with NaN/Inf. The two histograms come from a systematic sample of at most 2^20
         elements of the whole output; every max, count and the worst elements are exact."""
         rows = actual.shape[0] if actual.dim() > 1 else 0
         step = slice_rows(actual.shape[-1]) if rows else 0
         if rows <= step:
-            self._update_slice(actual, expected, bound, row_offset, rounded_terms, allowance, exact,
-                               noise_var, shared_var, shared_axis, shared_total, direction)
-            return
+            pieces = [(actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
+                       shared_var, shared_axis, shared_total, direction)]
+        else:
+            def cut(t: torch.Tensor | None, start: int) -> torch.Tensor | None:
+                return t if t is None or t.dim() == 0 or t.shape[0] != rows else t[start:start + step]
 
-        def cut(t: torch.Tensor | None, start: int) -> torch.Tensor | None:
-            return t if t is None or t.dim() == 0 or t.shape[0] != rows else t[start:start + step]
+            # the shared variance sum_j V_j |r_j|^2 separates over rows: per column (axis 1) every
+            # slice adds its rows' part with the whole V; per row (axis 0) each slice its own rows' V.
+            # A whole [K, N] dw at K=4096, N=11008 in one slice took 16 GB of FP64 temporaries.
+            def shared_of(start: int) -> torch.Tensor | None:
+                if shared_var is None or shared_axis == 1:
+                    return shared_var
+                return shared_var.reshape(-1)[start:start + step]
 
-        # the shared variance sum_j V_j |r_j|^2 separates over rows: per column (axis 1) every slice
-        # adds its rows' part with the whole V; per row (axis 0) each slice its own rows' V. A whole
-        # [K, N] dw at K=4096, N=11008 in one slice took 16 GB of FP64 temporaries.
-        def shared_of(start: int) -> torch.Tensor | None:
-            if shared_var is None or shared_axis == 1:
-                return shared_var
-            return shared_var.reshape(-1)[start:start + step]
+            pieces = [(actual[start:start + step], expected[start:start + step], cut(bound, start),
+                       row_offset + start, cut(rounded_terms, start), cut(allowance, start),
+                       cut(exact, start), cut(noise_var, start), shared_of(start), shared_axis,
+                       shared_total if start == 0 else 0.0, direction)
+                      for start in range(0, rows, step)]
+        if not self._update_fused(actual, expected, bound, row_offset, rounded_terms, allowance, exact,
+                                  noise_var, direction, pieces):
+            for piece in pieces:
+                self._update_slice(*piece)
 
-        for start in range(0, rows, step):
-            self._update_slice(actual[start:start + step], expected[start:start + step], cut(bound, start),
-                               row_offset + start, cut(rounded_terms, start), cut(allowance, start),
-                               cut(exact, start), cut(noise_var, start), shared_of(start), shared_axis,
-                               shared_total if start == 0 else 0.0, direction)
+    def _fused_inputs(self, actual, expected, bound, rounded_terms, allowance, exact, noise_var):
+        """The flat NumPy views ``accuracy.fused`` reads, or None where it does not apply: another
+        device, an atol known only after the last chunk, an optional input that is neither
+        per element nor one value."""
+        if actual.device.type != "cpu" or expected.device.type != "cpu" or actual.numel() == 0:
+            return None
+        if self.atol_known is None and not self.dual_only:
+            return None
+        n = actual.numel()
+
+        def flat(t, dtype):
+            if t is None:      # one value the loop reads and ignores (its flag is off)
+                return np.zeros(1, dtype=np.float32 if dtype == torch.float32 else np.float64)
+            if t.device.type != "cpu" or t.numel() not in (n, 1):
+                raise LookupError
+            return t.detach().reshape(-1).to(dtype).contiguous().numpy()
+        try:
+            b = expected.detach().reshape(-1)
+            return (flat(actual, torch.float32),
+                    b.contiguous().numpy() if b.dtype in (torch.float32, torch.float64) else flat(b, torch.float32),
+                    flat(rounded_terms, torch.float32), flat(allowance, torch.float32),
+                    flat(exact, torch.float64), flat(noise_var, torch.float64), flat(bound, torch.float32))
+        except LookupError:
+            return None
+
+    def _update_fused(self, actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
+                      direction, pieces) -> bool:
+        """The update in one compiled pass (``accuracy.fused``), its slices' sums added in order;
+        a slice with NaN or Inf goes to the eager path. False where the pass does not apply."""
+        arrays = self._fused_inputs(actual, expected, bound, rounded_terms, allowance, exact, noise_var)
+        if arrays is None:
+            return False
+        a, b, rounded, allow, exact_np, noise, bound_np = arrays
+        from accuracy import fused
+        from accuracy.allowance import SIGN_MAX_ULP, SIGN_MIN_ULP
+        n = a.shape[0]
+        width = actual.shape[-1] if actual.dim() > 1 else 1
+        block = pieces[0][0].numel() if len(pieces) > 1 else n
+        flags = ((fused.DUAL if self.dual else 0) | (fused.DUAL_ONLY if self.dual_only else 0)
+                 | (fused.EXACT if exact is not None else 0) | (fused.DIRECTION if direction else 0)
+                 | (fused.ALLOWANCE if allowance is not None else 0)
+                 | (fused.ROUNDED if rounded_terms is not None else 0)
+                 | (fused.BOUND if bound is not None else 0) | (fused.NOISE if noise_var is not None else 0))
+        kept = self.floor_candidates
+        bar_ratio, bar_abs = math.inf, 0.0
+        if kept is not None and kept.shape[0] >= FLOOR_K:
+            bar_ratio = float((kept[:, 1] / kept[:, 0]).kthvalue(FLOOR_K).values)
+            bar_abs = float(kept[:, 0].kthvalue(kept.shape[0] - FLOOR_K + 1).values)
+        sample_step = max(1, math.prod(self.shape) // HIST_SAMPLE)
+        params = np.zeros(fused.N_PARAMS)
+        f32 = np.float32
+        params[[fused.P_RTOL, fused.P_SEED_ATOL, fused.P_ZERO_PASS, fused.P_ATOL, fused.P_SMALL,
+                fused.P_SMALL_ATOL, fused.P_REL_EPS, fused.P_SIGN_MIN, fused.P_SIGN_MAX, fused.P_BAR_WORST,
+                fused.P_BAR_RATIO, fused.P_BAR_ABS, fused.P_FIRST_SAMPLE, fused.P_SAMPLE_STEP]] = [
+            self.tol.rtol, f32(self.tol.atol), f32(self.tol.atol / (1 - self.tol.rtol)),
+            f32(self.atol_known if self.atol_known is not None else math.inf), f32(SMALL_VALUE),
+            f32(SMALL_VALUE_ATOL), f32(REL_EPS), SIGN_MIN_ULP, SIGN_MAX_ULP,
+            self.worst[-1]["excess"] if len(self.worst) == WORST_K else -math.inf, bar_ratio, bar_abs,
+            (-row_offset * width) % sample_step, sample_step]
+        n_blocks = len(pieces)
+        acc = np.zeros((n_blocks, fused.N_SLOTS))
+        ulp_hist = np.zeros((n_blocks, len(ULP_EDGES) - 1), dtype=np.int64)
+        log_hist = np.zeros((n_blocks, len(LOG10_EDGES) - 1), dtype=np.int64)
+
+        def table(k):
+            return np.zeros((n_blocks, k)), np.zeros((n_blocks, k), dtype=np.int64), np.zeros(n_blocks, dtype=np.int64)
+        worst, ratio, absb = table(WORST_K), table(FLOOR_K), table(FLOOR_K)
+        fused.set_threads(torch.get_num_threads())
+        fused.compare_slices(a, b, rounded, allow, exact_np, noise, bound_np, block, flags, params,
+                             _ULP_EDGES_NP, _LOG10_EDGES_NP, acc, ulp_hist, log_hist, *worst, *ratio, *absb)
+        for k, piece in enumerate(pieces):
+            s = acc[k]
+            if s[fused.N_NONFINITE]:
+                self._update_slice(*piece)
+                continue
+            lo, count = k * block, int(s[fused.N_FINITE])
+            offset = piece[3]
+
+            def at(slot: int) -> list[int]:
+                return _index(int(s[slot]) - lo, offset, width)
+            self.n += count
+            self.n_compared += count
+            self.n_golden_finite += count
+            self.max_golden = max(self.max_golden, float(s[fused.MAX_GOLDEN]))
+            if self.dual:
+                self.n_golden_visible += int(s[fused.N_VISIBLE])
+            self.sq_b += float(s[fused.SQ_B])
+            self.n_zero_passes += int(s[fused.N_ZERO_PASSES])
+            n_pos, n_neg = int(s[fused.N_POS]), int(s[fused.N_NEG])
+            self.n_pos += n_pos
+            self.n_neg += n_neg
+            if self.dual:
+                n_small = int(s[fused.N_SMALL])
+                self.n_small += n_small
+                self.n_small_err += int(s[fused.N_SMALL_ERR])
+                self.n_normal += count - n_small
+                self.n_ulp_over_1 += int(s[fused.N_ULP_OVER_1])
+                self.sum_sq_err_normal += float(s[fused.SUM_SQ_ERR_NORMAL])
+                self.sum_rel_normal += float(s[fused.SUM_REL_NORMAL])
+                self.max_rel_normal = max(self.max_rel_normal, float(s[fused.MAX_REL_NORMAL]))
+            if self.dual_only:
+                continue
+            self.n_over_seed += int(s[fused.N_OVER_SEED])
+            if allowance is not None:
+                self.allowance_seen = True
+                self.max_noise_ratio = max(self.max_noise_ratio, float(s[fused.MAX_NOISE_RATIO]))
+            fields = lambda index: fused.fields_at(index, a, b, rounded, allow, flags, self.tol.rtol)
+            if exact is not None:
+                picks = np.unique(np.concatenate([ratio[1][k, :ratio[2][k]], absb[1][k, :absb[2][k]]]))
+                self._keep_floor_pairs(torch.from_numpy(fields(picks)[:, 4:6]).float())
+                self.aggregate_seen = True
+                self.sum_eb += float(s[fused.SUM_EB])
+                self.sum_bb += float(s[fused.SUM_BB])
+                self.sum_vbb += float(s[fused.SUM_STORE]) / 12
+                if noise_var is not None:
+                    self.sum_vbb += float(s[fused.SUM_NOISE])
+                if not direction:
+                    self.direction_seen = False
+                else:
+                    counted, toward = int(s[fused.N_COUNTED]), int(s[fused.N_TOWARD])
+                    self.n_toward += toward
+                    self.n_away += counted - toward
+                if piece[8] is not None:
+                    self._shared(piece[6], piece[8], piece[9])
+                self.sum_vbb += piece[10]
+            for slot, at_slot, name in ((fused.MAX_ABS, fused.MAX_ABS_AT, "max_abs"),
+                                        (fused.MAX_REL, fused.MAX_REL_AT, "max_rel"),
+                                        (fused.MAX_ULP, fused.MAX_ULP_AT, "max_ulp")):
+                if float(s[slot]) > getattr(self, name)[0]:
+                    setattr(self, name, (float(s[slot]), at(at_slot)))
+            self.n_mismatch_known += int(s[fused.N_MISMATCH])
+            index = worst[1][k, :worst[2][k]]
+            for i, (abs_err, rel, ulp, excess, _, _) in zip(index.tolist(), fields(index).tolist()):
+                self.worst.append({"index": _index(i - lo, offset, width), "actual": float(a[i]),
+                                   "expected": float(b[i]), "abs_err": abs_err, "rel_err": rel, "ulp": ulp,
+                                   "excess": excess})
+            self.worst = sorted(self.worst, key=lambda w: -w["excess"])[:WORST_K]
+            self.sum_err += float(s[fused.SUM_ERR])
+            self.sum_abs_err += float(s[fused.SUM_ABS_ERR])
+            self.n_exact += count - n_pos - n_neg
+            self.dot += float(s[fused.DOT])
+            self.sq_a += float(s[fused.SQ_A])
+            self.sq_b_pairs += float(s[fused.SQ_B_PAIRS])
+            self.hist_weight += sample_step * int(s[fused.N_SAMPLED])
+            self.ulp_hist += torch.from_numpy(ulp_hist[k]) * sample_step
+            self.log10_hist += torch.from_numpy(log_hist[k]) * sample_step
+            if bound is not None:
+                self.bound_seen = True
+                if float(s[fused.MAX_UTIL]) > self.max_util[0]:
+                    self.max_util = (float(s[fused.MAX_UTIL]), at(fused.MAX_UTIL_AT))
+                self.n_over_bound += int(s[fused.N_OVER_BOUND])
+                self.sum_bound += float(s[fused.SUM_BOUND])
+        return True
 
     def _update_slice(self, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | None,
                       row_offset: int, rounded_terms: torch.Tensor | None, allowance: torch.Tensor | None,
@@ -297,8 +457,8 @@ class ErrorStats:
                                "ulp": float(ulp[i]), "excess": float(excess[i])})
         self.worst = sorted(self.worst, key=lambda w: -w["excess"])[:WORST_K]
 
-        self.sum_err += float(err.sum())          # FP32 per slice (cascade summation), FP64 across
-        self.sum_abs_err += float(abs_err.sum())
+        self.sum_err += float(err.sum(dtype=torch.float64))
+        self.sum_abs_err += float(abs_err.sum(dtype=torch.float64))
         n_pos, n_neg = int(torch.count_nonzero(err > 0)), int(torch.count_nonzero(err < 0))
         self.n_pos += n_pos
         self.n_neg += n_neg
@@ -341,7 +501,11 @@ class ErrorStats:
             abs_bar = float(kept[:, 0].kthvalue(kept.shape[0] - FLOOR_K + 1).values)
         picks = torch.cat([_best_indices(ratio, FLOOR_K, largest=False, bar=ratio_bar),
                            _best_indices(abs_b, FLOOR_K, largest=True, bar=abs_bar)]).unique()
-        pairs = torch.stack([abs_b[picks], margin[picks]], 1).cpu()
+        self._keep_floor_pairs(torch.stack([abs_b[picks], margin[picks]], 1).cpu())
+
+    def _keep_floor_pairs(self, pairs: torch.Tensor) -> None:
+        """Merge new [|golden|, margin] candidate rows into the kept selection."""
+        kept = self.floor_candidates
         pairs = pairs[pairs[:, 0] > 0]
         if kept is not None:
             pairs = torch.cat([kept, pairs])
