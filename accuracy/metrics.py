@@ -312,7 +312,8 @@ class ErrorStats:
             fields = lambda index: fused.fields_at(index, a, b, rounded, allow, flags, self.tol.rtol)
             if exact is not None:
                 picks = np.unique(np.concatenate([ratio[1][k, :ratio[2][k]], absb[1][k, :absb[2][k]]]))
-                self._keep_floor_pairs(torch.from_numpy(fields(picks)[:, 4:6]).float())
+                if picks.size:
+                    self._keep_floor_pairs(torch.from_numpy(fields(picks)[:, 4:6]).float())
                 self.aggregate_seen = True
                 self.sum_eb += float(s[fused.SUM_EB])
                 self.sum_bb += float(s[fused.SUM_BB])

@@ -10,6 +10,12 @@ slices as the framework streams them, written three ways:
   passes into one loop per output); compile time reported separately;
 * ``numba``: one explicit loop, when numba is installed (``pip install numba``).
 
+Then the framework's own comparison, ``ErrorStats.update`` as the case matrix calls it (the
+gated comparison with allowance, FP64 values and variances; a diagnosis layer; the reference's
+dual-only metrics), on its eager passes and on the compiled pass (``accuracy.fused``), whole
+chunks of 2048 rows: what the choice buys end to end, every count, maximum and selection
+included.
+
     python benchmarks/compare_tools.py [--rows 16384] [--json F]
 """
 from __future__ import annotations
@@ -117,8 +123,42 @@ def main() -> None:
                                  "setup_s": setup, "agrees_with_eager": same}
         print(f"{name:<9} {best:7.3f} s  {best / (args.rows * args.n) * 1e9:6.2f} ns/element  "
               f"setup {setup:6.1f} s  agrees with eager: {same}")
+    report["error_stats"] = error_stats(args.rows, args.n)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+def error_stats(rows: int, n: int, chunk: int = 2048) -> dict:
+    """ns per element of ``ErrorStats.update``, eager and compiled, per kind of comparison."""
+    from accuracy.metrics import ErrorStats
+    from accuracy.tolerances import Tolerance
+    gen = torch.Generator().manual_seed(1)
+    exact = torch.randn(rows, n, generator=gen, dtype=torch.float64)
+    reference = exact.to(torch.bfloat16)
+    kernel = (exact * (1 + 2 ** -8 * torch.randn(rows, n, generator=gen, dtype=torch.float64))).to(torch.bfloat16)
+    allowance = (exact.abs() * 2 ** -9).float()
+    kinds = {"gated": ({}, {"allowance": allowance, "exact": exact, "noise_var": (exact * 2 ** -10) ** 2}),
+             "diagnosis": ({"dual": True}, {"bound": allowance * 4}),
+             "dual_only": ({"dual_only": True}, {})}
+    result = {}
+    for kind, (stats_args, update_args) in kinds.items():
+        for path in ("eager", "compiled"):
+            def once() -> float:
+                st = ErrorStats(Tolerance(RTOL, 1e-4), (rows, n), scale_rms=1.0, **stats_args)
+                if path == "eager":
+                    st._update_fused = lambda *a, **k: False
+                start = time.perf_counter()
+                for r in range(0, rows, chunk):
+                    st.update(kernel[r:r + chunk], reference[r:r + chunk], row_offset=r,
+                              **{k: v[r:r + chunk] for k, v in update_args.items()})
+                st.finalize()
+                return time.perf_counter() - start
+            once()       # compiles, or loads the compiled pass from numba's cache
+            best = min(once() for _ in range(3))
+            result.setdefault(kind, {})[path] = best / (rows * n) * 1e9
+        print(f"ErrorStats.update {kind:<10} eager {result[kind]['eager']:6.2f} ns/element, "
+              f"compiled {result[kind]['compiled']:6.2f} ns/element")
+    return result
 
 
 if __name__ == "__main__":
