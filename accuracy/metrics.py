@@ -8,6 +8,7 @@ Only ``accuracy.gate`` turns these numbers into a verdict.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -95,6 +96,22 @@ def _index(flat: int, row_offset: int, width: int) -> list[int]:
     return [row_offset + flat // width, flat % width]
 
 
+class _Slice(NamedTuple):
+    """One slice's arguments of ``ErrorStats._update_slice``, in its order."""
+    actual: torch.Tensor
+    expected: torch.Tensor
+    bound: torch.Tensor | None
+    row_offset: int
+    rounded_terms: torch.Tensor | None
+    allowance: torch.Tensor | None
+    exact: torch.Tensor | None
+    noise_var: torch.Tensor | None
+    shared_var: torch.Tensor | None
+    shared_axis: int | None
+    shared_total: float
+    direction: bool
+
+
 class ErrorStats:
     """Streaming comparison of kernel output ``actual`` with golden ``expected``."""
 
@@ -174,13 +191,14 @@ class ErrorStats:
         golden rounded to FP32 moves by 2^-24 relative, 2^16 times below a BF16 ULP), in
         row slices of about ``SLICE_ELEMENTS``; sums run in FP64 so that subnormal outputs do
         not underflow. On the CPU one compiled pass (``accuracy.fused``) does the work of the
-        eager passes of ``_update_slice``, which serves other devices and slices with NaN/Inf. The two histograms come from a systematic sample of at most 2^20
-        elements of the whole output; every max, count and the worst elements are exact."""
+        eager passes of ``_update_slice``, which serves other devices and slices with NaN/Inf.
+        The two histograms come from a systematic sample of at most 2^20 elements of the whole
+        output; every max, count and the worst elements are exact."""
         rows = actual.shape[0] if actual.dim() > 1 else 0
         step = slice_rows(actual.shape[-1]) if rows else 0
         if rows <= step:
-            pieces = [(actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
-                       shared_var, shared_axis, shared_total, direction)]
+            pieces = [_Slice(actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
+                             shared_var, shared_axis, shared_total, direction)]
         else:
             def cut(t: torch.Tensor | None, start: int) -> torch.Tensor | None:
                 return t if t is None or t.dim() == 0 or t.shape[0] != rows else t[start:start + step]
@@ -193,10 +211,10 @@ class ErrorStats:
                     return shared_var
                 return shared_var.reshape(-1)[start:start + step]
 
-            pieces = [(actual[start:start + step], expected[start:start + step], cut(bound, start),
-                       row_offset + start, cut(rounded_terms, start), cut(allowance, start),
-                       cut(exact, start), cut(noise_var, start), shared_of(start), shared_axis,
-                       shared_total if start == 0 else 0.0, direction)
+            pieces = [_Slice(actual[start:start + step], expected[start:start + step], cut(bound, start),
+                             row_offset + start, cut(rounded_terms, start), cut(allowance, start),
+                             cut(exact, start), cut(noise_var, start), shared_of(start), shared_axis,
+                             shared_total if start == 0 else 0.0, direction)
                       for start in range(0, rows, step)]
         if not self._update_fused(actual, expected, bound, row_offset, rounded_terms, allowance, exact,
                                   noise_var, direction, pieces):
@@ -229,7 +247,7 @@ class ErrorStats:
             return None
 
     def _update_fused(self, actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
-                      direction, pieces) -> bool:
+                      direction, pieces: list[_Slice]) -> bool:
         """The update in one compiled pass (``accuracy.fused``), its slices' sums added in order;
         a slice with NaN or Inf goes to the eager path. False where the pass does not apply."""
         arrays = self._fused_inputs(actual, expected, bound, rounded_terms, allowance, exact, noise_var)
@@ -240,17 +258,14 @@ class ErrorStats:
         from accuracy.allowance import SIGN_MAX_ULP, SIGN_MIN_ULP
         n = a.shape[0]
         width = actual.shape[-1] if actual.dim() > 1 else 1
-        block = pieces[0][0].numel() if len(pieces) > 1 else n
+        block = pieces[0].actual.numel() if len(pieces) > 1 else n
         flags = ((fused.DUAL if self.dual else 0) | (fused.DUAL_ONLY if self.dual_only else 0)
                  | (fused.EXACT if exact is not None else 0) | (fused.DIRECTION if direction else 0)
                  | (fused.ALLOWANCE if allowance is not None else 0)
                  | (fused.ROUNDED if rounded_terms is not None else 0)
                  | (fused.BOUND if bound is not None else 0) | (fused.NOISE if noise_var is not None else 0))
-        kept = self.floor_candidates
-        bar_ratio, bar_abs = math.inf, 0.0
-        if kept is not None and kept.shape[0] >= FLOOR_K:
-            bar_ratio = float((kept[:, 1] / kept[:, 0]).kthvalue(FLOOR_K).values)
-            bar_abs = float(kept[:, 0].kthvalue(kept.shape[0] - FLOOR_K + 1).values)
+        bars = self._floor_bars()
+        bar_ratio, bar_abs = (math.inf, 0.0) if bars is None else bars
         sample_step = max(1, math.prod(self.shape) // HIST_SAMPLE)
         params = np.zeros(fused.N_PARAMS)
         f32 = np.float32
@@ -279,7 +294,7 @@ class ErrorStats:
                 self._update_slice(*piece)
                 continue
             lo, count = k * block, int(s[fused.N_FINITE])
-            offset = piece[3]
+            offset = piece.row_offset
 
             def at(slot: int) -> list[int]:
                 return _index(int(s[slot]) - lo, offset, width)
@@ -326,9 +341,9 @@ class ErrorStats:
                     counted, toward = int(s[fused.N_COUNTED]), int(s[fused.N_TOWARD])
                     self.n_toward += toward
                     self.n_away += counted - toward
-                if piece[8] is not None:
-                    self._shared(piece[6], piece[8], piece[9])
-                self.sum_vbb += piece[10]
+                if piece.shared_var is not None:
+                    self._shared(piece.exact, piece.shared_var, piece.shared_axis)
+                self.sum_vbb += piece.shared_total
             for slot, at_slot, name in ((fused.MAX_ABS, fused.MAX_ABS_AT, "max_abs"),
                                         (fused.MAX_REL, fused.MAX_REL_AT, "max_rel"),
                                         (fused.MAX_ULP, fused.MAX_ULP_AT, "max_ulp")):
@@ -495,14 +510,19 @@ class ErrorStats:
         are never candidates (no relative error shows there)."""
         margin = scale * self.tol.rtol if allow is None else torch.add(allow, scale, alpha=self.tol.rtol)
         ratio = margin / abs_b                    # inf or NaN at a zero golden
-        kept = self.floor_candidates
-        ratio_bar = abs_bar = None
-        if kept is not None and kept.shape[0] >= FLOOR_K:
-            ratio_bar = float((kept[:, 1] / kept[:, 0]).kthvalue(FLOOR_K).values)
-            abs_bar = float(kept[:, 0].kthvalue(kept.shape[0] - FLOOR_K + 1).values)
+        ratio_bar, abs_bar = self._floor_bars() or (None, None)
         picks = torch.cat([_best_indices(ratio, FLOOR_K, largest=False, bar=ratio_bar),
                            _best_indices(abs_b, FLOOR_K, largest=True, bar=abs_bar)]).unique()
         self._keep_floor_pairs(torch.stack([abs_b[picks], margin[picks]], 1).cpu())
+
+    def _floor_bars(self) -> tuple[float, float] | None:
+        """The kept candidates' FLOOR_K-th smallest margin / |golden| and FLOOR_K-th largest
+        |golden|: a new element competes only beyond them. None until FLOOR_K are kept."""
+        kept = self.floor_candidates
+        if kept is None or kept.shape[0] < FLOOR_K:
+            return None
+        return (float((kept[:, 1] / kept[:, 0]).kthvalue(FLOOR_K).values),
+                float(kept[:, 0].kthvalue(kept.shape[0] - FLOOR_K + 1).values))
 
     def _keep_floor_pairs(self, pairs: torch.Tensor) -> None:
         """Merge new [|golden|, margin] candidate rows into the kept selection."""
