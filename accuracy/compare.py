@@ -39,9 +39,9 @@ from accuracy.tolerances import TOLERANCES, Tolerance
 from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
 from goldens.rounding import round_to
 from accuracy.tile_drift import TileDriftRecorder
-from goldens.stream import REDUCTION_BLOCK, GoldenPass
+from goldens.stream import GoldenPass
 from kernels.contract import OPERATOR, OUTPUT_NAMES, ROW_OUTPUTS
-from operators.declaration import ROUNDED_TERMS, operand_sum
+from operators.declaration import ROUNDED_TERMS, blocks, operand_sum
 
 REFERENCE = "reference"      # the gated golden: FP64 from the BF16 inputs, each output rounded once
 OWN = "own"                  # recomputed from the kernel's own upstream outputs (``gate.own``)
@@ -140,9 +140,8 @@ class _OwnSums:
         """``operands``: per reduction, ``(None, rhs)`` (a sum over rows) or ``(lhs, rhs)``
         (lhs^T rhs) over a chunk whose first row is a block edge."""
         for o, (lhs, rhs) in operands.items():
-            for a in range(0, rhs.shape[0], REDUCTION_BLOCK):
-                b = min(a + REDUCTION_BLOCK, rhs.shape[0])
-                accumulate(self.sums, o, operand_sum(None if lhs is None else lhs[a:b], rhs[a:b]))
+            for rows in blocks(rhs.shape[0]):
+                accumulate(self.sums, o, operand_sum(None if lhs is None else lhs[rows], rhs[rows]))
 
 
 def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mapping[str, torch.Tensor]],

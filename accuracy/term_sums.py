@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from operators.declaration import blocks
+
 
 def accumulate(sums: dict, key: str, part: torch.Tensor) -> None:
     """sums[key] += part, in place (``part`` is a fresh tensor: the first one is kept as is)."""
@@ -93,10 +95,9 @@ class ReductionTermSums:
         """A sum over M's terms over some rows whose first is a block edge: per term (one row per
         row of M) |term| and the variance of its legitimate roundings, summed per canonical block of
         ``block`` rows; the subnormal floor counts the block's rows (one rounded factor per term)."""
-        for a in range(0, abs_terms.shape[0], block):
-            b = min(a + block, abs_terms.shape[0])
-            self.add_part(output, abs_terms[a:b].sum(0, keepdim=True), var_terms[a:b].sum(0, keepdim=True),
-                          torch.full((1, 1), float(b - a), dtype=torch.float64))
+        for rows in blocks(abs_terms.shape[0], block):
+            self.add_part(output, abs_terms[rows].sum(0, keepdim=True), var_terms[rows].sum(0, keepdim=True),
+                          torch.full((1, 1), float(rows.stop - rows.start), dtype=torch.float64))
         self.rows_seen += abs_terms.shape[0]
 
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:

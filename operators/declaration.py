@@ -47,6 +47,13 @@ def operand_sum(lhs: torch.Tensor | None, rhs: torch.Tensor) -> torch.Tensor:
 REDUCTION_BLOCK = 1024
 
 
+def blocks(rows: int, block: int = REDUCTION_BLOCK) -> list[slice]:
+    """The canonical blocks of ``rows`` rows whose first is a block edge: ``block`` rows each,
+    the last one shorter. Every reduction over M and every row product is cut here, so that
+    the goldens' and the own recomputation's bits never depend on the chunk a row streamed in."""
+    return [slice(a, min(a + block, rows)) for a in range(0, rows, block)]
+
+
 def row_product(lhs: torch.Tensor, rhs: torch.Tensor, block: int) -> torch.Tensor:
     """lhs @ rhs for a chunk of rows whose first row is a block edge, one matmul per ``block`` rows.
     oneDNN chooses its blocking, and so each row's summation order, by the whole product's shape:
@@ -57,8 +64,8 @@ def row_product(lhs: torch.Tensor, rhs: torch.Tensor, block: int) -> torch.Tenso
     if lhs.shape[0] <= block:
         return lhs @ rhs
     out = torch.empty(lhs.shape[0], rhs.shape[1], dtype=torch.promote_types(lhs.dtype, rhs.dtype), device=lhs.device)
-    for a in range(0, lhs.shape[0], block):
-        torch.matmul(lhs[a:a + block], rhs, out=out[a:a + block])
+    for rows in blocks(lhs.shape[0], block):
+        torch.matmul(lhs[rows], rhs, out=out[rows])
     return out
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import torch
 
 from goldens.rounding import round_to
-from operators.declaration import ROUNDED_TERMS, ChunkGolden, row_product
+from operators.declaration import ROUNDED_TERMS, ChunkGolden, blocks, row_product
 from operators.swiglu_backward.math import elementwise
 from operators.swiglu_backward.terms import TermSums
 
@@ -51,9 +51,8 @@ def chunk(rows: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor],
         if want_rows:
             row_terms = terms.rows(dg_m, dfc_m, var_g, var_fc, p_g, p_fc, dx, block)
         x = raw["x"]
-        for a in range(0, x.shape[0], block):
-            b = min(a + block, x.shape[0])
-            terms.add_block(x[a:b], dg_m[a:b], dfc_m[a:b], var_g[a:b], var_fc[a:b])
+        for cut in blocks(x.shape[0], block):
+            terms.add_block(x[cut], dg_m[cut], dfc_m[cut], var_g[cut], var_fc[cut])
     # db: the b kernel sums dg/dfc in the math dtype, before the store rounds them
     db_g_in, db_fc_in = (dg_m, dfc_m) if plan.db_input == "math" else (dg_s, dfc_s)
     operands = {"db_g": (None, db_g_in), "db_fc": (None, db_fc_in),

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from accuracy.term_sums import ReductionTermSums, accumulate
-from operators.declaration import REDUCTION_BLOCK, row_product
+from operators.declaration import REDUCTION_BLOCK, blocks, row_product
 from accuracy.ulp import bf16_spacing
 from goldens.rounding import round_to
 from operators.swiglu_backward import math as swiglu
@@ -147,10 +147,10 @@ class TermSums(ReductionTermSums):
                 errs.append(err)
             sums = self._err_sums[name]
             for o, err, scale in zip(("g", "fc"), errs, (self.s_dg, self.s_dfc)):
-                for a in range(0, err.shape[0], block):      # per canonical block, like every reduction
-                    accumulate(sums, f"db_{o}", err[a:a + block].sum(0, keepdim=True).double().div_(scale))
+                for rows in blocks(err.shape[0], block):      # per canonical block, like every reduction
+                    accumulate(sums, f"db_{o}", err[rows].sum(0, keepdim=True).double().div_(scale))
                     if x32 is not None:     # [K, N]: kept FP32 in the scaled errors' units (x 1 / scale)
-                        accumulate(sums, f"dw_{o}", x32[a:a + block].t() @ err[a:a + block])
+                        accumulate(sums, f"dw_{o}", x32[rows].t() @ err[rows])
             self._chunk_err[name] = errs
 
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
