@@ -26,9 +26,9 @@ def runs():
     return inputs, {b.name: run_backend(b, inputs).outputs for b in BACKENDS + OTHERS}
 
 
-def _gate(inputs, outputs, chosen, chunk_rows):
+def _gate(inputs, outputs, chosen, chunk_rows, diagnose=True):
     comparison = compare_case(inputs, {b.name: outputs[b.name] for b in chosen},
-                              {b.name: declared_schedule(b) for b in chosen}, chunk_rows=chunk_rows)
+                              {b.name: declared_schedule(b) for b in chosen}, chunk_rows=chunk_rows, diagnose=diagnose)
     result = {}
     for b in (b for b in chosen if b in BACKENDS):
         metrics = comparison["backends"][b.name]
@@ -89,3 +89,17 @@ def test_a_reduction_compared_in_row_slices_gives_the_record_of_one_comparison(m
     whole, sliced = records(1 << 30), records(4000)
     assert accuracy.metrics.row_slices([96, 200], 4000)[-1] == slice(80, 96)
     assert whole == sliced
+
+
+def test_verdicts_do_not_depend_on_the_diagnosis_layers(runs):
+    """``compare_case(diagnose=False)`` (benchmarks' gate: no faithful or tiled layers, no bound)
+    gives the verdicts and mismatch counts of the full comparison, and the same dual metrics (the
+    dual verdict's input) bit for bit."""
+    inputs, outputs = runs
+    _same(_gate(inputs, outputs, BACKENDS, 8192), _gate(inputs, outputs, BACKENDS, 8192, diagnose=False))
+    schedules = {b.name: declared_schedule(b) for b in BACKENDS}
+    chosen = {b.name: outputs[b.name] for b in BACKENDS}
+    full, gate_only = (compare_case(inputs, chosen, schedules, diagnose=d) for d in (True, False))
+    for b in chosen:
+        for o, per_golden in full["backends"][b].items():
+            assert per_golden["fp64"]["dual"] == gate_only["backends"][b][o]["fp64"]["dual"], (b, o)
