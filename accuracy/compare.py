@@ -151,8 +151,8 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     each backend declares (its faithful and tiled goldens, for diagnosis). Every backend is gated
     against the same reference with the same allowance (``accuracy.allowance``), and its
     downstream outputs against its own upstream ones (``OWN_OUTPUTS``); the verdict reads nothing else, so ``diagnose=False`` (no
-    faithful or tiled layers and no rounding-model bound on the FP64 comparison, a third of the
-    work) gives the same verdicts. Returns ``{"backends": {backend: {output: {golden: metrics}}},
+    faithful or tiled layers, and of the FP64 comparison only the dual verdict's metrics) gives the
+    same verdicts. Returns ``{"backends": {backend: {output: {golden: metrics}}},
     "goldens": {GoldenPair: {output: metrics}}, "ideal": {output: metrics of the reference vs FP64},
     "tile_drift": {tiled layer: {reduction: per-tile drift}} (``accuracy.tile_drift``),
     "attribution": {backend: {output: {...}}}}``."""
@@ -190,7 +190,9 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     def add_output(o: str) -> None:
         """The comparisons of output ``o``, once its reference rms is known."""
         for b in outputs:
-            per_backend[b][o] = {g: ErrorStats(tolerances[o], shapes[o], dual=g == "fp64", scale_rms=rms[o])
+            # without diagnosis the FP64 comparison serves the dual verdict alone: its metrics only
+            per_backend[b][o] = {g: ErrorStats(tolerances[o], shapes[o], dual=g == "fp64",
+                                               dual_only=g == "fp64" and not diagnose, scale_rms=rms[o])
                                  for g in goldens_of(b, o)}
         for per_output in between.values():
             per_output[o] = ErrorStats(tolerances[o], shapes[o], scale_rms=rms[o])

@@ -643,6 +643,10 @@ class ErrorStats:
         rms = math.sqrt(self.sq_b / self.n_golden_finite) if self.n_golden_finite else 0.0
         nonfinite_bad = (self.nonfinite["nan_actual_only"] + self.nonfinite["nan_expected_only"]
                          + self.nonfinite["inf_mismatch"])
+        if self.dual_only:      # what was computed, and nothing that would read as a count of zero
+            return {"shape": self.shape, "numel": self.n, "dual_only": True, "golden_rms": rms,
+                    "golden_max_abs": self.max_golden, "nonfinite": dict(self.nonfinite),
+                    "nonfinite_disagreements": nonfinite_bad, "dual": self._dual_result()}
         if self.atol_known is not None:
             atol_eff, overflow = self.atol_known, 0
             mismatches = self.n_mismatch_known + nonfinite_bad

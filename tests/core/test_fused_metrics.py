@@ -76,7 +76,7 @@ def _without_tied_indices(record: dict) -> dict:
     the same golden magnitude); the errors must agree."""
     record = dict(record)
     record["worst"] = [{k: v for k, v in w.items() if k not in ("index", "actual", "expected")}
-                       for w in record["worst"]]
+                       for w in record.get("worst", [])]
     return record
 
 
