@@ -69,6 +69,8 @@ SIGN_MAX_ULP = 1.0
 # relative error -4.1e-5; at M1-K96-N200-saturating, where dw_g is the outer product of x and such
 # a dg, 60.4%. The direction test allows a share toward zero of 0.5 +- 0.25 beyond its 7.5-sigma
 # noise, the fitted scale +-1e-4 (twice the products' bias; pinned by tests/core/test_allowance.py).
+# The same share bounds the errors above the FP64 value: a bias toward zero is at most 75% up or
+# down whatever the values' signs, while a store rounding toward +inf or -inf is 100% one way.
 # Round-toward-zero stores put 100% of those errors toward zero and move beta by about -3e-3; a
 # uniform 1/128 error moves it by 7.8e-3.
 DIRECTION_BIAS = 0.25

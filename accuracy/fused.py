@@ -35,8 +35,8 @@ from numba.extending import intrinsic
  SUM_ERR, SUM_ABS_ERR, N_POS, N_NEG, DOT, SQ_A, SQ_B_PAIRS,
  N_SMALL, N_SMALL_ERR, N_ULP_OVER_1, SUM_SQ_ERR_NORMAL, SUM_REL_NORMAL, MAX_REL_NORMAL,
  SUM_EB, SUM_BB, SUM_STORE, SUM_NOISE, N_COUNTED, N_TOWARD,
- MAX_UTIL, MAX_UTIL_AT, N_OVER_BOUND, SUM_BOUND, N_SAMPLED, N_NONFINITE, N_FINITE) = range(39)
-N_SLOTS = 39
+ MAX_UTIL, MAX_UTIL_AT, N_OVER_BOUND, SUM_BOUND, N_SAMPLED, N_NONFINITE, N_FINITE, N_UP) = range(40)
+N_SLOTS = 40
 
 # ``flags`` bits
 DUAL, DUAL_ONLY, EXACT, DIRECTION, ALLOWANCE, ROUNDED, BOUND, NOISE = (1 << i for i in range(8))
@@ -188,7 +188,7 @@ def compare_slices(a, b, rounded, allow, exact, noise, bound, block, flags, para
         hi = min(n, lo + block)
         # accumulators in locals (registers), counts added as 0/1
         n_nonfinite = n_finite = n_visible = n_zero = n_over_seed = n_mismatch = 0
-        n_pos = n_neg = n_small = n_small_err = n_ulp_over_1 = n_counted = n_toward = 0
+        n_pos = n_neg = n_small = n_small_err = n_ulp_over_1 = n_counted = n_toward = n_up = 0
         n_over_bound = n_sampled = 0
         sq_b = sum_sq_normal = sum_rel_normal = sum_eb = sum_bb = sum_store = sum_noise = 0.0
         sum_err = sum_abs_err = dot = sq_a = sq_b_pairs = sum_bound = 0.0
@@ -265,6 +265,7 @@ def compare_slices(a, b, rounded, allow, exact, noise, bound, block, flags, para
                     counted = size >= sign_min and size <= sign_max
                     n_counted += counted
                     n_toward += counted and ulps * xk < 0
+                    n_up += counted and e > 0
             if abs_err > max_abs:
                 max_abs = abs_err
                 at_abs = i
@@ -309,7 +310,7 @@ def compare_slices(a, b, rounded, allow, exact, noise, bound, block, flags, para
         row[N_SMALL], row[N_SMALL_ERR], row[N_ULP_OVER_1] = n_small, n_small_err, n_ulp_over_1
         row[SUM_SQ_ERR_NORMAL], row[SUM_REL_NORMAL], row[MAX_REL_NORMAL] = sum_sq_normal, sum_rel_normal, max_rel_normal
         row[SUM_EB], row[SUM_BB], row[SUM_STORE], row[SUM_NOISE] = sum_eb, sum_bb, sum_store, sum_noise
-        row[N_COUNTED], row[N_TOWARD] = n_counted, n_toward
+        row[N_COUNTED], row[N_TOWARD], row[N_UP] = n_counted, n_toward, n_up
         row[MAX_UTIL], row[MAX_UTIL_AT], row[N_OVER_BOUND], row[SUM_BOUND] = max_util, at_util, n_over_bound, sum_bound
         row[N_SAMPLED] = n_sampled
         worst_n[blk] = n_worst

@@ -31,7 +31,7 @@ class Verdict:
     # the four checks an output must pass (None: not made for this output)
     elementwise_passed: bool = True
     scale_passed: bool | None = None        # fitted scale beta within the model's noise
-    direction_passed: bool | None = None    # errors as often toward zero as away from it
+    direction_passed: bool | None = None    # errors as often toward zero as away, and as often up as down
     own_passed: bool | None = None          # downstream outputs consistent with its own upstream ones
 
 
@@ -49,7 +49,8 @@ def aggregate_checks(metrics: Mapping) -> tuple[bool | None, bool | None]:
     if not agg:
         return None, None
     direction = (None if agg["direction_imbalance"] is None
-                 else abs(agg["direction_imbalance"]) <= agg["direction_allowed"])
+                 else abs(agg["direction_imbalance"]) <= agg["direction_allowed"]
+                 and abs(agg.get("up_imbalance") or 0) <= agg["direction_allowed"])
     return abs(agg["scale_beta"]) <= agg["scale_allowed"], direction
 
 
@@ -60,14 +61,20 @@ def _aggregate_lines(agg: Mapping, scale_ok: bool, direction_ok: bool) -> list[s
                      f"{abs(agg['scale_beta']):.3g}) x FP64 (beta {agg['scale_beta']:.3g}, allowed +-"
                      f"{agg['scale_allowed']:.3g}: 7.5 sigma of a correct kernel's noise plus its rounding bias): "
                      f"a uniform relative error")
-    if direction_ok is False:
-        counted = agg["toward_zero"] + agg["away_from_zero"]
+    counted = (agg["toward_zero"] or 0) + (agg["away_from_zero"] or 0)
+    if direction_ok is False and abs(agg["direction_imbalance"]) > agg["direction_allowed"]:
         share_t = agg["toward_zero"] / counted if counted else 0.0
         kind = ("round-toward-zero (truncating) stores or a flush to zero" if agg["direction_imbalance"] > 0
                 else "rounding away from zero")
         lines.append(f"Rounding direction: of {counted} errors of 1/4 to 1 ULP, {100 * share_t:.3g}% toward zero, "
                      f"{100 * (1 - share_t):.3g}% away (imbalance {agg['direction_imbalance']}, allowed +-"
                      f"{agg['direction_allowed']:.0f}): one-sided errors, {kind}")
+    if direction_ok is False and abs(agg.get("up_imbalance") or 0) > agg["direction_allowed"]:
+        share_up = agg["upward"] / counted if counted else 0.0
+        kind = "stores rounding toward +inf (ceil)" if agg["up_imbalance"] > 0 else "stores rounding toward -inf (floor)"
+        lines.append(f"Rounding direction: of {counted} errors of 1/4 to 1 ULP, {100 * share_up:.3g}% upward, "
+                     f"{100 * (1 - share_up):.3g}% downward (imbalance {agg['up_imbalance']}, allowed +-"
+                     f"{agg['direction_allowed']:.0f}): one-sided errors whatever the value's sign, {kind}")
     return lines
 
 

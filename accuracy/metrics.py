@@ -169,6 +169,7 @@ class ErrorStats:
         self.sum_eb = self.sum_bb = self.sum_vbb = 0.0
         self.scale_bias: float | None = None   # the fitted scale's rounding bias on this data (None: SCALE_BIAS)
         self.n_toward = self.n_away = 0
+        self.n_up = 0               # of the counted errors, those above the FP64 value
 
     def update(self, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | None = None,
                row_offset: int = 0, rounded_terms: torch.Tensor | None = None,
@@ -340,6 +341,7 @@ class ErrorStats:
                 else:
                     counted, toward = int(s[fused.N_COUNTED]), int(s[fused.N_TOWARD])
                     self.n_toward += toward
+                    self.n_up += int(s[fused.N_UP])
                     self.n_away += counted - toward
                 if piece.shared_var is not None:
                     self._shared(piece.exact, piece.shared_var, piece.shared_axis)
@@ -600,6 +602,7 @@ class ErrorStats:
         size = ulps.abs()
         counted = (size >= SIGN_MIN_ULP) & (size <= SIGN_MAX_ULP)
         n_counted = int(torch.count_nonzero(counted))
+        self.n_up += int(torch.count_nonzero(counted & (e > 0)))
         # toward zero: the error's sign is opposite to the value's
         n_toward = int(torch.count_nonzero(counted & (ulps.mul_(exact) < 0)))
         self.n_toward += n_toward
@@ -709,11 +712,17 @@ class ErrorStats:
         bias = SCALE_BIAS if self.scale_bias is None else self.scale_bias
         result = {"scale_beta": beta, "scale_sigma": sigma, "scale_allowed": TAIL_SIGMAS * sigma + bias,
                   "scale_bias": bias,
-                  "toward_zero": None, "away_from_zero": None, "direction_imbalance": None, "direction_allowed": None}
+                  "toward_zero": None, "away_from_zero": None, "direction_imbalance": None, "direction_allowed": None,
+                  "upward": None, "downward": None, "up_imbalance": None}
         if self.direction_seen:
+            # the same allowance serves both directions: a correct kernel's rounding is at most 75%
+            # one-sided toward zero (DIRECTION_BIAS), whatever the values' signs, and so at most 75%
+            # one-sided up or down; a store rounding toward +inf or -inf is 100% one-sided up or
+            # down and about even toward and away from zero on values of both signs
             result.update(toward_zero=self.n_toward, away_from_zero=self.n_away,
                           direction_imbalance=self.n_toward - self.n_away,
-                          direction_allowed=2 * DIRECTION_BIAS * counted + TAIL_SIGMAS * math.sqrt(counted))
+                          direction_allowed=2 * DIRECTION_BIAS * counted + TAIL_SIGMAS * math.sqrt(counted),
+                          upward=self.n_up, downward=counted - self.n_up, up_imbalance=2 * self.n_up - counted)
         return result
 
 

@@ -47,6 +47,15 @@ def _round_toward_zero(t: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float32).to(BF16)
 
 
+def _round_toward_positive(t: torch.Tensor) -> torch.Tensor:
+    """FP32 -> BF16 rounding toward +inf (a ceil cast): up one BF16 step where the low 16 bits
+    are not zero and the value is positive, truncated otherwise."""
+    bits = t.float().contiguous().view(torch.int32)
+    truncated = bits & ~0xFFFF
+    up = (bits & 0xFFFF != 0) & (bits > 0)
+    return torch.where(up, truncated + 0x10000, truncated).view(torch.float32).to(BF16)
+
+
 # ---------------------------------------------------------------------------- correct
 def plain(*, x, w_g, w_fc, dy, g, fc):
     """FP32 math, stable sigmoid, dg/dfc stored in BF16, db/dw/dx from the stored values."""
@@ -70,6 +79,12 @@ def round_toward_zero_stores(*, x, w_g, w_fc, dy, g, fc):
     return _backward(x, w_g, w_fc, dy, g, fc, store=_round_toward_zero)
 
 
+def round_up_stores(*, x, w_g, w_fc, dy, g, fc):
+    """Every store rounds toward +inf: at most one ULP per element, up whatever the sign, so on
+    values of both signs as often toward zero as away from it."""
+    return _backward(x, w_g, w_fc, dy, g, fc, store=_round_toward_positive)
+
+
 def bf16_math(*, x, w_g, w_fc, dy, g, fc):
     """All math in BF16 (sigmoid, products, matmul accumulation), and it says so."""
     return _backward(x, w_g, w_fc, dy, g, fc, math=BF16)
@@ -86,4 +101,5 @@ def uniform_scale_error(*, x, w_g, w_fc, dy, g, fc):
 
 
 CORRECT: dict[str, Callable] = {f.__name__: f for f in (plain, plain_db_unrounded, stores_every_intermediate)}
-WRONG: dict[str, Callable] = {f.__name__: f for f in (round_toward_zero_stores, bf16_math, uniform_scale_error)}
+WRONG: dict[str, Callable] = {f.__name__: f for f in (round_toward_zero_stores, round_up_stores, bf16_math,
+                                                      uniform_scale_error)}

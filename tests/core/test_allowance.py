@@ -140,11 +140,18 @@ def test_aggregate_tests_catch_what_no_element_shows():
     truncated = stats(plain._round_toward_zero(exact.float()))
     agg = truncated["aggregate"]
     assert truncated["mismatches"] == 0 and agg["direction_imbalance"] > agg["direction_allowed"]
+    assert abs(right["up_imbalance"]) <= right["direction_allowed"]
+    # rounding toward +inf: as often toward zero as away on values of both signs, all of it upward
+    ceiling = stats(plain._round_toward_positive(exact.float()))
+    agg = ceiling["aggregate"]
+    assert ceiling["mismatches"] == 0 and abs(agg["direction_imbalance"]) <= agg["direction_allowed"]
+    assert agg["up_imbalance"] > agg["direction_allowed"]
 
 
 CORRECT_UNDECLARED = [Backend(n, f) for n, f in plain.CORRECT.items()]
 # wrong kernel -> outputs it must fail at every case below (it may fail more)
-NAMED = {"round_toward_zero_stores": {"dg", "dfc"}, "bf16_math": {"dg"}, "uniform_scale_error": {"dg", "dfc"}}
+NAMED = {"round_toward_zero_stores": {"dg", "dfc"}, "round_up_stores": {"dg", "dfc"}, "bf16_math": {"dg"},
+         "uniform_scale_error": {"dg", "dfc"}}
 
 
 @pytest.mark.parametrize("spec", [CaseSpec(2, 96, 200, "unit", 0), CaseSpec(1023, 512, 1024, "saturating", 0),

@@ -92,9 +92,11 @@ def test_a_reduction_compared_in_row_slices_gives_the_record_of_one_comparison(m
 
 
 def test_verdicts_do_not_depend_on_the_diagnosis_layers(runs):
-    """``compare_case(diagnose=False)`` (benchmarks' gate: no faithful or tiled layers, no bound)
-    gives the verdicts and mismatch counts of the full comparison, and the same dual metrics (the
-    dual verdict's input) bit for bit."""
+    """``compare_case(diagnose=False)`` (benchmarks' gate: no faithful or tiled layers, no bound,
+    the FP64 comparison reduced to the dual verdict's metrics) gives the full comparison's gated
+    verdicts and counts (so does the false-alarm benchmark's lean gate,
+    tests/mutants/test_gate_power.py::test_benchmark_gate_equals_the_matrix_gate) and its dual
+    metrics, the dual verdict's input, bit for bit."""
     inputs, outputs = runs
     _same(_gate(inputs, outputs, BACKENDS, 8192), _gate(inputs, outputs, BACKENDS, 8192, diagnose=False))
     schedules = {b.name: declared_schedule(b) for b in BACKENDS}
