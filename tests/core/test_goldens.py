@@ -6,7 +6,7 @@ import torch
 
 from goldens.layers import bf16_faithful, fp64_ideal, tiled_emulation
 from operators.swiglu_backward.schedule import BF16_FAITHFUL, FP64_GLOBAL, RoundingPlan, TiledSchedule
-from goldens.stream import GoldenPass, materialize
+from goldens.stream import GoldenPass
 from kernels.pypto.schedule import ARTICLE
 from tests.core.helpers import case_inputs, tiny_inputs
 
