@@ -43,14 +43,28 @@ def _g(x) -> str:
     return "n/a" if x is None else f"{x:.6g}"
 
 
+def _direction_counts(agg: Mapping) -> list[tuple]:
+    """The rounding-direction counts of a record, each as (errors on the first side, imbalance,
+    first side, other side, what the sides' names mean, cause when the imbalance is positive,
+    cause when negative); both share ``direction_allowed``. Empty where the test was not made;
+    records written before the upward count hold the first one only."""
+    if agg["direction_imbalance"] is None:
+        return []
+    counts = [(agg["toward_zero"], agg["direction_imbalance"], "toward zero", "away", "",
+               "round-toward-zero (truncating) stores or a flush to zero", "rounding away from zero")]
+    if agg.get("up_imbalance") is not None:
+        counts.append((agg["upward"], agg["up_imbalance"], "upward", "downward", " whatever the value's sign",
+                       "stores rounding toward +inf (ceil)", "stores rounding toward -inf (floor)"))
+    return counts
+
+
 def aggregate_checks(metrics: Mapping) -> tuple[bool | None, bool | None]:
     """(scale, direction) of the aggregate tests, or (None, None) where they were not made."""
     agg = metrics.get("aggregate")
     if not agg:
         return None, None
-    direction = (None if agg["direction_imbalance"] is None
-                 else abs(agg["direction_imbalance"]) <= agg["direction_allowed"]
-                 and abs(agg.get("up_imbalance") or 0) <= agg["direction_allowed"])
+    counts = _direction_counts(agg)
+    direction = all(abs(c[1]) <= agg["direction_allowed"] for c in counts) if counts else None
     return abs(agg["scale_beta"]) <= agg["scale_allowed"], direction
 
 
@@ -61,20 +75,16 @@ def _aggregate_lines(agg: Mapping, scale_ok: bool, direction_ok: bool) -> list[s
                      f"{abs(agg['scale_beta']):.3g}) x FP64 (beta {agg['scale_beta']:.3g}, allowed +-"
                      f"{agg['scale_allowed']:.3g}: 7.5 sigma of a correct kernel's noise plus its rounding bias): "
                      f"a uniform relative error")
-    counted = (agg["toward_zero"] or 0) + (agg["away_from_zero"] or 0)
-    if direction_ok is False and abs(agg["direction_imbalance"]) > agg["direction_allowed"]:
-        share_t = agg["toward_zero"] / counted if counted else 0.0
-        kind = ("round-toward-zero (truncating) stores or a flush to zero" if agg["direction_imbalance"] > 0
-                else "rounding away from zero")
-        lines.append(f"Rounding direction: of {counted} errors of 1/4 to 1 ULP, {100 * share_t:.3g}% toward zero, "
-                     f"{100 * (1 - share_t):.3g}% away (imbalance {agg['direction_imbalance']}, allowed +-"
-                     f"{agg['direction_allowed']:.0f}): one-sided errors, {kind}")
-    if direction_ok is False and abs(agg.get("up_imbalance") or 0) > agg["direction_allowed"]:
-        share_up = agg["upward"] / counted if counted else 0.0
-        kind = "stores rounding toward +inf (ceil)" if agg["up_imbalance"] > 0 else "stores rounding toward -inf (floor)"
-        lines.append(f"Rounding direction: of {counted} errors of 1/4 to 1 ULP, {100 * share_up:.3g}% upward, "
-                     f"{100 * (1 - share_up):.3g}% downward (imbalance {agg['up_imbalance']}, allowed +-"
-                     f"{agg['direction_allowed']:.0f}): one-sided errors whatever the value's sign, {kind}")
+    if direction_ok is False:
+        counted = agg["toward_zero"] + agg["away_from_zero"]
+        allowed = agg["direction_allowed"]
+        for first, imbalance, side, other, sense, positive, negative in _direction_counts(agg):
+            if abs(imbalance) <= allowed:
+                continue
+            share = first / counted if counted else 0.0
+            lines.append(f"Rounding direction: of {counted} errors of 1/4 to 1 ULP, {100 * share:.3g}% {side}, "
+                         f"{100 * (1 - share):.3g}% {other} (imbalance {imbalance}, allowed +-{allowed:.0f}): "
+                         f"one-sided errors{sense}, {positive if imbalance > 0 else negative}")
     return lines
 
 

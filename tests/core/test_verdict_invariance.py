@@ -26,9 +26,16 @@ def runs():
     return inputs, {b.name: run_backend(b, inputs).outputs for b in BACKENDS + OTHERS}
 
 
-def _gate(inputs, outputs, chosen, chunk_rows, diagnose=True):
-    comparison = compare_case(inputs, {b.name: outputs[b.name] for b in chosen},
-                              {b.name: declared_schedule(b) for b in chosen}, chunk_rows=chunk_rows, diagnose=diagnose)
+def _compare(inputs, outputs, chosen, chunk_rows, diagnose=True):
+    return compare_case(inputs, {b.name: outputs[b.name] for b in chosen},
+                        {b.name: declared_schedule(b) for b in chosen}, chunk_rows=chunk_rows, diagnose=diagnose)
+
+
+def _gate(inputs, outputs, chosen, chunk_rows):
+    return _verdicts(_compare(inputs, outputs, chosen, chunk_rows), chosen)
+
+
+def _verdicts(comparison, chosen):
     result = {}
     for b in (b for b in chosen if b in BACKENDS):
         metrics = comparison["backends"][b.name]
@@ -98,10 +105,8 @@ def test_verdicts_do_not_depend_on_the_diagnosis_layers(runs):
     tests/mutants/test_gate_power.py::test_benchmark_gate_equals_the_matrix_gate) and its dual
     metrics, the dual verdict's input, bit for bit."""
     inputs, outputs = runs
-    _same(_gate(inputs, outputs, BACKENDS, 8192), _gate(inputs, outputs, BACKENDS, 8192, diagnose=False))
-    schedules = {b.name: declared_schedule(b) for b in BACKENDS}
-    chosen = {b.name: outputs[b.name] for b in BACKENDS}
-    full, gate_only = (compare_case(inputs, chosen, schedules, diagnose=d) for d in (True, False))
-    for b in chosen:
-        for o, per_golden in full["backends"][b].items():
-            assert per_golden["fp64"]["dual"] == gate_only["backends"][b][o]["fp64"]["dual"], (b, o)
+    full, gate_only = (_compare(inputs, outputs, BACKENDS, 8192, diagnose=d) for d in (True, False))
+    _same(_verdicts(full, BACKENDS), _verdicts(gate_only, BACKENDS))
+    for b in BACKENDS:
+        for o, per_golden in full["backends"][b.name].items():
+            assert per_golden["fp64"]["dual"] == gate_only["backends"][b.name][o]["fp64"]["dual"], (b.name, o)
