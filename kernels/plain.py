@@ -17,10 +17,13 @@ BF16 = torch.bfloat16
 
 
 def _backward(x, w_g, w_fc, dy, g, fc, *, math=torch.float32, store_intermediates=False,
-              db_from_stored=True, dx_products_stored=False, store: Callable = None):
+              db_from_stored=True, dx_products_stored=False, store: Callable = None,
+              store_downstream: Callable = None):
     """dg/dfc in ``math``, stored with ``store`` (BF16 round to nearest by default); db, dw, dx
-    from the stored values (or db from the unrounded ones) as FP32 (or ``math``) matmuls."""
+    from the stored values (or db from the unrounded ones) as FP32 (or ``math``) matmuls, stored
+    with ``store_downstream`` (``store`` by default)."""
     store = store or (lambda t: t.to(BF16))
+    out = store_downstream or store
     dy, g, fc = (t.to(math) for t in (dy, g, fc))
     s = torch.sigmoid(g)
     dy_fc = dy * fc
@@ -37,8 +40,8 @@ def _backward(x, w_g, w_fc, dy, g, fc, *, math=torch.float32, store_intermediate
     p_g, p_fc = dg_a @ w_g.to(acc).t(), dfc_a @ w_fc.to(acc).t()
     if dx_products_stored:
         p_g, p_fc = p_g.to(BF16).to(acc), p_fc.to(BF16).to(acc)
-    return {"dg": dg, "dfc": dfc, "db_g": store(db_g), "db_fc": store(db_fc),
-            "dw_g": store(x_a.t() @ dg_a), "dw_fc": store(x_a.t() @ dfc_a), "dx": store(p_g + p_fc)}
+    return {"dg": dg, "dfc": dfc, "db_g": out(db_g), "db_fc": out(db_fc),
+            "dw_g": out(x_a.t() @ dg_a), "dw_fc": out(x_a.t() @ dfc_a), "dx": out(p_g + p_fc)}
 
 
 def _round_toward_zero(t: torch.Tensor) -> torch.Tensor:
@@ -85,6 +88,12 @@ def round_up_stores(*, x, w_g, w_fc, dy, g, fc):
     return _backward(x, w_g, w_fc, dy, g, fc, store=_round_toward_positive)
 
 
+def round_up_downstream_stores(*, x, w_g, w_fc, dy, g, fc):
+    """dg and dfc right; db, dw and dx (the reductions and the products) stored rounding toward
+    +inf: a ceil cast in the kernels after the element-wise one, every element within one ULP."""
+    return _backward(x, w_g, w_fc, dy, g, fc, store_downstream=_round_toward_positive)
+
+
 def bf16_math(*, x, w_g, w_fc, dy, g, fc):
     """All math in BF16 (sigmoid, products, matmul accumulation), and it says so."""
     return _backward(x, w_g, w_fc, dy, g, fc, math=BF16)
@@ -101,5 +110,5 @@ def uniform_scale_error(*, x, w_g, w_fc, dy, g, fc):
 
 
 CORRECT: dict[str, Callable] = {f.__name__: f for f in (plain, plain_db_unrounded, stores_every_intermediate)}
-WRONG: dict[str, Callable] = {f.__name__: f for f in (round_toward_zero_stores, round_up_stores, bf16_math,
-                                                      uniform_scale_error)}
+WRONG: dict[str, Callable] = {f.__name__: f for f in (round_toward_zero_stores, round_up_stores,
+                                                      round_up_downstream_stores, bf16_math, uniform_scale_error)}

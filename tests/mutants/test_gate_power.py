@@ -14,7 +14,7 @@ from cases.evaluate import declared_schedule, evaluate_case
 from cases.spec import CaseSpec, make_inputs
 from kernels import plain
 from kernels.mutants import ARTICLE_ENSEMBLE, _ArticleLoop, _DbLastTileOnly, _kernel, _TailPaddingLeak
-from kernels.registry import Backend, resolve
+from kernels.registry import Backend
 from kernels.runner import run_backend
 from tests.mutants.kill_cases import KILLS, M2048_TINY, M2049_UNIT, backends_of, outcome
 
