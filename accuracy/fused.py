@@ -346,6 +346,27 @@ def fields_at(index, a, b, rounded, allow, flags, rtol):
     return out
 
 
+@njit(cache=True, error_model="numpy")
+def excess_over(a, b, rounded, allow, flags, rtol, lo, hi, threshold):
+    """The excess of the elements lo..hi-1 that is above ``threshold``, in element order, as the
+    loop above computes it (FP32): what a comparison keeps while its atol is still unknown."""
+    has_rounded = (flags & ROUNDED) != 0
+    has_allow = (flags & ALLOWANCE) != 0
+    r_step = 1 if rounded.shape[0] == a.shape[0] else 0
+    l_step = 1 if allow.shape[0] == a.shape[0] else 0
+    out = np.empty(hi - lo, dtype=np.float32)
+    count = 0
+    for i in range(lo, hi):
+        bk = np.float32(b[i])
+        excess = _seed_excess(abs(a[i] - bk), _scale(abs(bk), rounded[i * r_step], has_rounded), rtol)
+        if has_allow:
+            excess = excess - allow[i * l_step]
+        if excess > threshold:
+            out[count] = excess
+            count += 1
+    return out[:count]
+
+
 def set_threads(n: int) -> None:
     """numba's threads follow torch's (one per xdist worker, all cores in one process)."""
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))

@@ -44,14 +44,15 @@ def _g(x) -> str:
 
 
 def _direction_counts(agg: Mapping) -> list[tuple]:
-    """The rounding-direction counts of a record, each as (errors on the first side, imbalance,
-    first side, other side, what the sides' names mean, cause when the imbalance is positive,
-    cause when negative); both share ``direction_allowed``. Empty where the test was not made;
-    records written before the upward count hold the first one only."""
-    if agg["direction_imbalance"] is None:
-        return []
-    counts = [(agg["toward_zero"], agg["direction_imbalance"], "toward zero", "away", "",
-               "round-toward-zero (truncating) stores or a flush to zero", "rounding away from zero")]
+    """The rounding-direction counts of a record that were tested, each as (errors on the first
+    side, imbalance, first side, other side, what the sides' names mean, cause when the imbalance
+    is positive, cause when negative); both share ``direction_allowed``. Empty where no direction
+    test was made; records written before the upward count hold the first one only, those of an
+    output tested upward only (``Allowance.toward_zero``) the second."""
+    counts = []
+    if agg.get("direction_imbalance") is not None:
+        counts.append((agg["toward_zero"], agg["direction_imbalance"], "toward zero", "away", "",
+                       "round-toward-zero (truncating) stores or a flush to zero", "rounding away from zero"))
     if agg.get("up_imbalance") is not None:
         counts.append((agg["upward"], agg["up_imbalance"], "upward", "downward", " whatever the value's sign",
                        "stores rounding toward +inf (ceil)", "stores rounding toward -inf (floor)"))

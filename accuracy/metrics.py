@@ -121,8 +121,9 @@ class ErrorStats:
         keep only those (and the golden's sums): a quarter of the passes.
         ``scale_rms``: the rms that sets the magnitude-aware atol (the output's reference), known
         before the first element: every mismatch is then counted exactly as it streams past.
-        Without it the atol follows this golden's own rms, known after the last chunk, and the
-        count comes from the kept excess values (exact up to ``EXCESS_CAP`` of them, a range beyond)."""
+        Without it the atol follows the rms given to ``settle_atol`` after the last chunk, or this
+        golden's own, and the count comes from the kept positive excess (exact up to ``EXCESS_CAP``
+        values, a range beyond: ``overflowed``)."""
         self.tol = tol
         self.dual = dual or dual_only
         self.dual_only = dual_only
@@ -166,6 +167,7 @@ class ErrorStats:
         self.floor_candidates: torch.Tensor | None = None   # [|golden|, rtol|golden| + allowance] rows
         self.aggregate_seen = False
         self.direction_seen = True
+        self.toward_zero_seen = True    # every update tested the share toward zero too
         self.sum_eb = self.sum_bb = self.sum_vbb = 0.0
         self.scale_bias: float | None = None   # the fitted scale's rounding bias on this data (None: SCALE_BIAS)
         self.n_toward = self.n_away = 0
@@ -176,7 +178,7 @@ class ErrorStats:
                allowance: torch.Tensor | None = None,
                exact: torch.Tensor | None = None, noise_var: torch.Tensor | None = None,
                shared_var: torch.Tensor | None = None, shared_axis: int | None = None,
-               shared_total: float = 0.0, direction: bool = True) -> None:
+               shared_total: float = 0.0, direction: bool = True, toward_zero: bool = True) -> None:
         """``rounded_terms``: per element, the magnitude of intermediate values the dtype path
         stores in BF16 before the final rounding (dx's two products); rtol applies to
         |golden| + rounded_terms, since each rounding point can flip once and a flip at a
@@ -186,7 +188,8 @@ class ErrorStats:
         ``exact``, ``noise_var``, ``shared_var``/``shared_axis`` and ``direction``: the FP64
         values and the variance model of a correct kernel's error beyond its own store
         (``accuracy.allowance.Allowance``); with them the aggregate tests' sums are kept
-        (fitted scale; rounding direction where ``direction``), in float64.
+        (fitted scale; rounding direction where ``direction``: the share upward, and the share
+        toward zero where ``toward_zero``), in float64.
 
         Element-wise work runs in FP32 (the kernel's BF16 values are exact there; an FP64
         golden rounded to FP32 moves by 2^-24 relative, 2^16 times below a BF16 ULP), in
@@ -195,6 +198,8 @@ class ErrorStats:
         eager passes of ``_update_slice``, which serves other devices and slices with NaN/Inf.
         The two histograms come from a systematic sample of at most 2^20 elements of the whole
         output; every max, count and the worst elements are exact."""
+        if not toward_zero:
+            self.toward_zero_seen = False
         rows = actual.shape[0] if actual.dim() > 1 else 0
         step = slice_rows(actual.shape[-1]) if rows else 0
         if rows <= step:
@@ -224,11 +229,8 @@ class ErrorStats:
 
     def _fused_inputs(self, actual, expected, bound, rounded_terms, allowance, exact, noise_var):
         """The flat NumPy views ``accuracy.fused`` reads, or None where it does not apply: another
-        device, an atol known only after the last chunk, an optional input that is neither
-        per element nor one value."""
+        device, an optional input that is neither per element nor one value."""
         if actual.device.type != "cpu" or expected.device.type != "cpu" or actual.numel() == 0:
-            return None
-        if self.atol_known is None and not self.dual_only:
             return None
         n = actual.numel()
 
@@ -246,6 +248,27 @@ class ErrorStats:
                     flat(exact, torch.float64), flat(noise_var, torch.float64), flat(bound, torch.float32))
         except LookupError:
             return None
+
+    def _keep_excess(self, n_over: int, values) -> None:
+        """With the atol still unknown: ``n_over`` elements of a slice have a positive excess;
+        ``values()`` gives it in element order. Kept up to ``EXCESS_CAP`` values in all."""
+        self.n_excess_positive += n_over
+        kept = sum(t.numel() for t in self.excess_kept)
+        if n_over and kept < EXCESS_CAP:
+            self.excess_kept.append(values()[: EXCESS_CAP - kept])
+
+    def settle_atol(self, scale_rms: float) -> None:
+        """The rms that sets the magnitude-aware atol, known only after the last slice (a row
+        output's reference, summed as its rows stream past): the mismatches are counted from the
+        kept excess, exactly unless ``overflowed``."""
+        if self.atol_known is not None:
+            raise ValueError("the atol was known before the first slice")
+        self.scale_rms = scale_rms
+
+    @property
+    def overflowed(self) -> bool:
+        """More elements had a positive excess than were kept: the count is a range."""
+        return self.atol_known is None and self.n_excess_positive > sum(t.numel() for t in self.excess_kept)
 
     def _update_fused(self, actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
                       direction, pieces: list[_Slice]) -> bool:
@@ -274,7 +297,8 @@ class ErrorStats:
                 fused.P_SMALL_ATOL, fused.P_REL_EPS, fused.P_SIGN_MIN, fused.P_SIGN_MAX, fused.P_BAR_WORST,
                 fused.P_BAR_RATIO, fused.P_BAR_ABS, fused.P_FIRST_SAMPLE, fused.P_SAMPLE_STEP]] = [
             self.tol.rtol, f32(self.tol.atol), f32(self.tol.atol / (1 - self.tol.rtol)),
-            f32(self.atol_known if self.atol_known is not None else math.inf), f32(SMALL_VALUE),
+            # atol unknown: count the positive excess (``excess_over`` keeps it for the count)
+            f32(self.atol_known if self.atol_known is not None else 0.0), f32(SMALL_VALUE),
             f32(SMALL_VALUE_ATOL), f32(REL_EPS), SIGN_MIN_ULP, SIGN_MAX_ULP,
             self.worst[-1]["excess"] if len(self.worst) == WORST_K else -math.inf, bar_ratio, bar_abs,
             (-row_offset * width) % sample_step, sample_step]
@@ -351,7 +375,11 @@ class ErrorStats:
                                         (fused.MAX_ULP, fused.MAX_ULP_AT, "max_ulp")):
                 if float(s[slot]) > getattr(self, name)[0]:
                     setattr(self, name, (float(s[slot]), at(at_slot)))
-            self.n_mismatch_known += int(s[fused.N_MISMATCH])
+            if self.atol_known is not None:
+                self.n_mismatch_known += int(s[fused.N_MISMATCH])
+            else:
+                self._keep_excess(int(s[fused.N_MISMATCH]), lambda: torch.from_numpy(fused.excess_over(
+                    a, b, rounded, allow, flags, self.tol.rtol, lo, lo + piece.actual.numel(), np.float32(0.0))))
             index = worst[1][k, :worst[2][k]]
             for i, (abs_err, rel, ulp, excess, _, _) in zip(index.tolist(), fields(index).tolist()):
                 self.worst.append({"index": _index(i - lo, offset, width), "actual": float(a[i]),
@@ -461,11 +489,7 @@ class ErrorStats:
             self.n_mismatch_known += int(torch.count_nonzero(excess > self.atol_known))
         else:
             over = excess > 0
-            n_over = int(torch.count_nonzero(over))
-            self.n_excess_positive += n_over
-            kept = sum(t.numel() for t in self.excess_kept)
-            if n_over and kept < EXCESS_CAP:
-                self.excess_kept.append(excess[over][: EXCESS_CAP - kept].cpu())
+            self._keep_excess(int(torch.count_nonzero(over)), lambda: excess[over].cpu())
 
         bar = self.worst[-1]["excess"] if len(self.worst) == WORST_K else None
         top = _best_indices(excess, WORST_K, largest=True, bar=bar)
@@ -654,7 +678,7 @@ class ErrorStats:
             atol_eff, overflow = self.atol_known, 0
             mismatches = self.n_mismatch_known + nonfinite_bad
         else:
-            atol_eff = tol.effective_atol(rms)
+            atol_eff = tol.effective_atol(self.scale_rms if self.scale_rms is not None else rms)
             kept = torch.cat(self.excess_kept) if self.excess_kept else torch.zeros(0)
             overflow = self.n_excess_positive - kept.numel()
             mismatches = int((kept > atol_eff).sum()) + nonfinite_bad
@@ -720,7 +744,7 @@ class ErrorStats:
             # one-sided up or down; a store rounding toward +inf or -inf is 100% one-sided up or
             # down and about even toward and away from zero on values of both signs
             result.update(toward_zero=self.n_toward, away_from_zero=self.n_away,
-                          direction_imbalance=self.n_toward - self.n_away,
+                          direction_imbalance=self.n_toward - self.n_away if self.toward_zero_seen else None,
                           direction_allowed=2 * DIRECTION_BIAS * counted + TAIL_SIGMAS * math.sqrt(counted),
                           upward=self.n_up, downward=counted - self.n_up, up_imbalance=2 * self.n_up - counted)
         return result

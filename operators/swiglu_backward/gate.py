@@ -72,7 +72,7 @@ def dx(rows: RowTerms, floor_l1: torch.Tensor, n: int, elements: int) -> Allowan
     extra = sigmas * order_sigma + rows.products
     return Allowance(term_roundings(rows.var, worst, 2, sigmas) + extra,
                      term_roundings(rows.var, worst, 1, sigmas) + extra,
-                     order_sigma ** 2 + rows.products_var, shared_total=rows.shared)
+                     order_sigma ** 2 + rows.products_var, shared_total=rows.shared, toward_zero=False)
 
 
 def row_allowance(output: str, exact: torch.Tensor, rows: RowTerms, terms: TermSums,

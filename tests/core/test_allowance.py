@@ -175,6 +175,22 @@ def test_correct_kernels_that_declare_nothing_pass_and_wrong_ones_fail_by_name(s
         assert outputs <= failed, (name, sorted(failed))
 
 
+def test_dx_and_dw_are_tested_for_the_share_upward_only():
+    """Where a sum cancels, its error comes from its terms' roundings rather than its own store,
+    and their direction relative to the small sum leans toward zero: at M2-K512-N1024-cancellation
+    85% of torch-eager's counted dw_g errors are toward zero, beyond the 75% the direction test
+    allows. dw and dx are tested for the share upward only, which stays near half."""
+    spec = CaseSpec(2, 512, 1024, "cancellation", 0)
+    out = evaluate_case(spec, [resolve("torch-eager"), Backend("stores_every_intermediate",
+                                                               plain.stores_every_intermediate)])
+    for b in ("torch-eager", "stores_every_intermediate"):
+        assert all(v.passed for v in out.verdicts[b].values()), [v.message for v in out.verdicts[b].values()]
+        agg = out.comparison["backends"][b]["dw_g"]["reference"]["aggregate"]
+        counted = agg["toward_zero"] + agg["away_from_zero"]
+        assert agg["toward_zero"] > 0.8 * counted > 1000          # what the share toward zero would fail
+        assert agg["direction_imbalance"] is None and abs(agg["up_imbalance"]) <= agg["direction_allowed"]
+
+
 def test_the_fitted_scale_allows_the_rounding_bias_of_each_legitimate_path_on_this_data():
     """Round to nearest of an exact BF16 x BF16 product is biased toward zero by an amount that
     depends on the data: PyTorch's path (silu(g) stored, then dy * silu(g) stored) gives dfc a

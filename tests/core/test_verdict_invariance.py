@@ -110,3 +110,40 @@ def test_verdicts_do_not_depend_on_the_diagnosis_layers(runs):
     for b in BACKENDS:
         for o, per_golden in full["backends"][b.name].items():
             assert per_golden["fp64"]["dual"] == gate_only["backends"][b.name][o]["fp64"]["dual"], (b.name, o)
+
+
+def test_row_mismatch_counts_stay_exact_when_the_kept_excess_overflows(monkeypatch, runs):
+    """A row output's atol follows its reference's rms, known only once its rows have streamed
+    past: each comparison keeps the elements with a positive excess, and counts them then. When
+    more than ``EXCESS_CAP`` had one (a kernel far off: tail_dropped's zero last row), the case is
+    compared again with the rms known from the start, and every record is the one a buffer with
+    room to spare gives: counts exact, never a range."""
+    import json
+
+    import accuracy.compare
+    import accuracy.metrics
+    inputs, outputs = runs
+    chosen = [BACKENDS[0], OTHERS[2]]          # plain, tail_dropped
+    calls = []
+    compare = accuracy.compare.compare_case
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("row_rms"))
+        return compare(*args, **kwargs)
+    monkeypatch.setattr(accuracy.compare, "compare_case", counted)
+
+    def records():
+        calls.clear()
+        result = counted(inputs, {b.name: outputs[b.name] for b in chosen},
+                         {b.name: declared_schedule(b) for b in chosen})
+        return json.dumps([result["backends"], {str(p): v for p, v in result["goldens"].items()},
+                           result["ideal"]], sort_keys=True)
+
+    roomy = records()
+    assert len(calls) == 1
+    monkeypatch.setattr(accuracy.metrics, "EXCESS_CAP", 10)
+    tight = records()
+    assert tight == roomy
+    assert len(calls) == 2 and calls[1] is not None
+    dg = json.loads(tight)[0]["tail_dropped"]["dg"][REFERENCE]
+    assert dg["mismatches_exact"] and dg["mismatches"] > 10
