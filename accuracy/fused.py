@@ -318,25 +318,31 @@ def compare_slices(a, b, rounded, allow, exact, noise, bound, block, flags, para
         absb_n[blk] = n_absb
 
 
+@njit(inline="always")
+def _element(i, a, b, rounded, allow, flags, rtol):
+    """Element ``i`` as the loop above computes it: (FP32 golden, |error|, |golden|, rtol's scale,
+    allowance, excess over rtol scale and the allowance)."""
+    has_rounded = (flags & ROUNDED) != 0
+    has_allow = (flags & ALLOWANCE) != 0
+    bk = np.float32(b[i])
+    abs_err = abs(a[i] - bk)
+    abs_b = abs(bk)
+    scale = _scale(abs_b, rounded[i if rounded.shape[0] == a.shape[0] else 0], has_rounded)
+    lk = allow[i if allow.shape[0] == a.shape[0] else 0] if has_allow else np.float32(0.0)
+    excess = _seed_excess(abs_err, scale, rtol)
+    if has_allow:
+        excess = excess - lk
+    return bk, abs_err, abs_b, scale, lk, excess
+
+
 @njit(cache=True, error_model="numpy")
 def fields_at(index, a, b, rounded, allow, flags, rtol):
     """Per selected element (``index``): |error|, rel, ULP, excess, |golden| and the floor's
     margin, as the loop above computes them; one row each, FP32 values in FP64."""
-    has_rounded = (flags & ROUNDED) != 0
     has_allow = (flags & ALLOWANCE) != 0
-    r_step = 1 if rounded.shape[0] == a.shape[0] else 0
-    l_step = 1 if allow.shape[0] == a.shape[0] else 0
     out = np.empty((index.shape[0], 6))
     for j in range(index.shape[0]):
-        i = index[j]
-        bk = np.float32(b[i])
-        abs_err = abs(a[i] - bk)
-        abs_b = abs(bk)
-        scale = _scale(abs_b, rounded[i * r_step], has_rounded)
-        lk = allow[i * l_step] if has_allow else np.float32(0.0)
-        excess = _seed_excess(abs_err, scale, rtol)
-        if has_allow:
-            excess = excess - lk
+        bk, abs_err, abs_b, scale, lk, excess = _element(index[j], a, b, rounded, allow, flags, rtol)
         out[j, 0] = abs_err
         out[j, 1] = _rel(abs_err, abs_b)
         out[j, 2] = _ulp(abs_err, bk)
@@ -350,17 +356,10 @@ def fields_at(index, a, b, rounded, allow, flags, rtol):
 def excess_over(a, b, rounded, allow, flags, rtol, lo, hi, threshold):
     """The excess of the elements lo..hi-1 that is above ``threshold``, in element order, as the
     loop above computes it (FP32): what a comparison keeps while its atol is still unknown."""
-    has_rounded = (flags & ROUNDED) != 0
-    has_allow = (flags & ALLOWANCE) != 0
-    r_step = 1 if rounded.shape[0] == a.shape[0] else 0
-    l_step = 1 if allow.shape[0] == a.shape[0] else 0
     out = np.empty(hi - lo, dtype=np.float32)
     count = 0
     for i in range(lo, hi):
-        bk = np.float32(b[i])
-        excess = _seed_excess(abs(a[i] - bk), _scale(abs(bk), rounded[i * r_step], has_rounded), rtol)
-        if has_allow:
-            excess = excess - allow[i * l_step]
+        excess = _element(i, a, b, rounded, allow, flags, rtol)[5]
         if excess > threshold:
             out[count] = excess
             count += 1
