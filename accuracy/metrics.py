@@ -19,8 +19,9 @@ from accuracy.ulp import bf16_spacing
 
 WORST_K = 8
 FLOOR_K = 64
-# Positive "excess" values (|err| - rtol|golden|) kept to count mismatches exactly at an atol
-# known only after the last chunk; 4M float32 = 16 MiB. Beyond it the count becomes a range.
+# "Excess" values (|err| - rtol|golden| - allowance) above a lower bound of the atol, kept to count
+# mismatches exactly at an atol known only after the last chunk; 4M float32 = 16 MiB. Beyond it
+# the count becomes a range.
 EXCESS_CAP = 1 << 22
 HIST_SAMPLE = 1 << 20
 # Rows are compared in slices of about this many elements (1 MiB in FP32): each of the ~40
@@ -122,8 +123,9 @@ class ErrorStats:
         ``scale_rms``: the rms that sets the magnitude-aware atol (the output's reference), known
         before the first element: every mismatch is then counted exactly as it streams past.
         Without it the atol follows the rms given to ``settle_atol`` after the last chunk, or this
-        golden's own, and the count comes from the kept positive excess (exact up to ``EXCESS_CAP``
-        values, a range beyond: ``overflowed``)."""
+        golden's own, and the count comes from the kept excess: every value above the atol's lower
+        bound known so far (``raise_excess_floor``; 0 without one), exact up to ``EXCESS_CAP``
+        values kept at once, a range beyond (``overflowed``)."""
         self.tol = tol
         self.dual = dual or dual_only
         self.dual_only = dual_only
@@ -145,7 +147,8 @@ class ErrorStats:
         self.max_ulp = (-1.0, None)
         self.worst: list[dict] = []
         self.excess_kept: list[torch.Tensor] = []
-        self.n_excess_positive = 0
+        self.excess_floor = 0.0     # an FP32 value at or below the atol: only excess above it is kept
+        self.n_excess_dropped = 0   # excess above the floor not kept (the cap was full)
         self.n_over_seed = 0
         self.sum_err = self.sum_abs_err = 0.0
         self.n_pos = self.n_neg = 0
@@ -251,12 +254,30 @@ class ErrorStats:
             return None
 
     def _keep_excess(self, n_over: int, values) -> None:
-        """With the atol still unknown: ``n_over`` elements of a slice have a positive excess;
-        ``values()`` gives it in element order. Kept up to ``EXCESS_CAP`` values in all."""
-        self.n_excess_positive += n_over
-        kept = sum(t.numel() for t in self.excess_kept)
-        if n_over and kept < EXCESS_CAP:
-            self.excess_kept.append(values()[: EXCESS_CAP - kept])
+        """With the atol still unknown: ``n_over`` elements of a slice have an excess above the
+        floor; ``values()`` gives it in element order. Kept up to ``EXCESS_CAP`` values at once."""
+        if not n_over:
+            return
+        room = EXCESS_CAP - sum(t.numel() for t in self.excess_kept)
+        if room > 0:
+            self.excess_kept.append(values()[:room])
+        self.n_excess_dropped += max(0, n_over - max(room, 0))
+
+    def raise_excess_floor(self, atol_floor: float) -> None:
+        """A lower bound of the atol, known before the next slice (a row output's: the atol of
+        the rms its reference's rows so far give over all its elements, which only grows): excess
+        at or below it can fail no atol, so it is no longer kept, and the kept values at or below
+        it are dropped. The floor is the largest FP32 value not above the bound, so every FP32
+        excess above the final atol, or above that atol rounded to FP32, is above it."""
+        if self.atol_known is not None:
+            return
+        floor = float(np.float32(atol_floor))
+        if floor > atol_floor:
+            floor = float(np.nextafter(np.float32(floor), np.float32(-np.inf)))
+        if floor <= self.excess_floor:
+            return
+        self.excess_floor = floor
+        self.excess_kept = [kept for t in self.excess_kept if (kept := t[t > floor]).numel()]
 
     def settle_atol(self, scale_rms: float) -> None:
         """The rms that sets the magnitude-aware atol, known only after the last slice (a row
@@ -268,8 +289,8 @@ class ErrorStats:
 
     @property
     def overflowed(self) -> bool:
-        """More elements had a positive excess than were kept: the count is a range."""
-        return self.atol_known is None and self.n_excess_positive > sum(t.numel() for t in self.excess_kept)
+        """More elements had an excess above the floor than could be kept: the count is a range."""
+        return self.atol_known is None and self.n_excess_dropped > 0
 
     def _update_fused(self, actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
                       direction, pieces: list[_Slice]) -> bool:
@@ -298,8 +319,8 @@ class ErrorStats:
                 fused.P_SMALL_ATOL, fused.P_REL_EPS, fused.P_SIGN_MIN, fused.P_SIGN_MAX, fused.P_BAR_WORST,
                 fused.P_BAR_RATIO, fused.P_BAR_ABS, fused.P_FIRST_SAMPLE, fused.P_SAMPLE_STEP]] = [
             self.tol.rtol, f32(self.tol.atol), f32(self.tol.atol / (1 - self.tol.rtol)),
-            # atol unknown: count the positive excess (``excess_over`` keeps it for the count)
-            f32(self.atol_known if self.atol_known is not None else 0.0), f32(SMALL_VALUE),
+            # atol unknown: count the excess above the floor (``excess_over`` keeps it for the count)
+            f32(self.atol_known if self.atol_known is not None else self.excess_floor), f32(SMALL_VALUE),
             f32(SMALL_VALUE_ATOL), f32(REL_EPS), SIGN_MIN_ULP, SIGN_MAX_ULP,
             self.worst[-1]["excess"] if len(self.worst) == WORST_K else -math.inf, bar_ratio, bar_abs,
             (-row_offset * width) % sample_step, sample_step]
@@ -380,7 +401,8 @@ class ErrorStats:
                 self.n_mismatch_known += int(s[fused.N_MISMATCH])
             else:
                 self._keep_excess(int(s[fused.N_MISMATCH]), lambda: torch.from_numpy(fused.excess_over(
-                    a, b, rounded, allow, flags, self.tol.rtol, lo, lo + piece.actual.numel(), np.float32(0.0))))
+                    a, b, rounded, allow, flags, self.tol.rtol, lo, lo + piece.actual.numel(),
+                    np.float32(self.excess_floor))))
             index = worst[1][k, :worst[2][k]]
             for i, (abs_err, rel, ulp, excess, _, _) in zip(index.tolist(), fields(index).tolist()):
                 self.worst.append({"index": _index(i - lo, offset, width), "actual": float(a[i]),
@@ -489,7 +511,7 @@ class ErrorStats:
         if self.atol_known is not None:
             self.n_mismatch_known += int(torch.count_nonzero(excess > self.atol_known))
         else:
-            over = excess > 0
+            over = excess > self.excess_floor     # an FP32 value: the same test as the compiled pass
             self._keep_excess(int(torch.count_nonzero(over)), lambda: excess[over].cpu())
 
         bar = self.worst[-1]["excess"] if len(self.worst) == WORST_K else None
@@ -681,7 +703,7 @@ class ErrorStats:
         else:
             atol_eff = tol.effective_atol(self.scale_rms if self.scale_rms is not None else rms)
             kept = torch.cat(self.excess_kept) if self.excess_kept else torch.zeros(0)
-            overflow = self.n_excess_positive - kept.numel()
+            overflow = self.n_excess_dropped
             mismatches = int((kept > atol_eff).sum()) + nonfinite_bad
         norm = math.sqrt(self.sq_a * self.sq_b_pairs)
         signed = self.n_pos + self.n_neg

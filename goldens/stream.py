@@ -140,28 +140,22 @@ class GoldenPass:
     tiles of |tile partial|: what a drift study needs (``reports.drift_study``)."""
 
     def __init__(self, inputs: Mapping[str, torch.Tensor], layers: Mapping[str, TiledSchedule], *,
-                 chunk_rows: int | None = None, terms: bool = False, reductions: bool = True,
+                 chunk_rows: int | None = None, terms: bool = False,
                  rows: bool = True, accumulators: bool = False, tile_observer=None):
-        """``reductions=False``: the row outputs only: no reductions over M.
-        ``rows=False``: the reductions only (SwiGLU: dg, dfc feed them; no dx: its two matmuls skipped).
+        """``rows=False``: the reductions only (SwiGLU: dg, dfc feed them; no dx: its two matmuls skipped).
         ``tile_observer(layer, output, tile, running, global_sum, abs_partials)``: called after each
         tile of each tiled reduction (a tile_m, not one global sum) of each layer, with the running value in the accumulator dtype, the
         running sum of the same partials in the math dtype (no casts: the global order's value)
         and the sum of |partials| so far (``reports.tiledrift``'s heatmap)."""
-        if not (rows or reductions):
-            raise ValueError("rows=False and reductions=False leave nothing to compute")
         self.inputs = inputs
         self.layers = dict(layers)
         self.chunk_rows = chunk_rows_for(inputs, chunk_rows)
         self.want_terms = terms
-        self.want_reductions = reductions
         self.want_rows = rows
         self.want_accumulators = accumulators
         self.tile_observer = tile_observer
         self.accumulated: dict[str, dict[str, torch.Tensor]] = {}
         self.abs_partials: dict[str, dict[str, torch.Tensor]] = {}
-        if terms and not reductions:
-            raise ValueError("terms=True needs the reductions")
         self.reference = None
         if terms:
             # the term sums follow the reference's path: FP64 from the BF16 inputs, global sums
@@ -242,8 +236,6 @@ class GoldenPass:
                     row_terms = result.row_terms
                 for name in users:
                     rows[name] = result.rows
-                if not self.want_reductions:
-                    continue
                 for o in REDUCTION_OUTPUTS:
                     lhs, rhs = result.operands[o]
                     tiles = {n: self.layers[n].tile_m(kernel[o]) for n in users}
@@ -256,7 +248,7 @@ class GoldenPass:
                                 acc[name][o].add((seg,), b - a)
             yield RowBlock(start, stop, rows, row_terms)
 
-        for name, sched in (self.layers.items() if self.want_reductions else ()):
+        for name, sched in self.layers.items():
             totals = {}
             for o, a in acc[name].items():
                 a.close_tile()

@@ -112,13 +112,15 @@ def test_verdicts_do_not_depend_on_the_diagnosis_layers(runs):
             assert per_golden["fp64"]["dual"] == gate_only["backends"][b.name][o]["fp64"]["dual"], (b.name, o)
 
 
-def test_row_mismatch_counts_stay_exact_when_the_kept_excess_overflows(monkeypatch, runs):
-    """In the gate (no diagnosis layers) a row output's atol follows its reference's rms, known
-    only once its rows have streamed past: each comparison keeps the elements with a positive
-    excess, and counts them then. When
-    more than ``EXCESS_CAP`` had one (a kernel far off: tail_dropped's zero last row), the case is
+@pytest.mark.parametrize("diagnose", [False, True])
+def test_row_mismatch_counts_stay_exact_when_the_kept_excess_overflows(monkeypatch, runs, diagnose):
+    """A row output's atol follows its reference's rms, known only once its rows have streamed
+    past: each comparison (the gated ones and the diagnosis layers) keeps the elements whose
+    excess is above the atol's lower bound so far, and counts them then. When more than
+    ``EXCESS_CAP`` were held (a kernel far off: tail_dropped's zero last row), the case is
     compared again with the rms known from the start, and every record is the one a buffer with
-    room to spare gives: counts exact, never a range."""
+    room to spare gives: counts exact, never a range; so the kept counts are the known-atol
+    counts, field by field."""
     import json
 
     import accuracy.compare
@@ -136,7 +138,7 @@ def test_row_mismatch_counts_stay_exact_when_the_kept_excess_overflows(monkeypat
     def records():
         calls.clear()
         result = counted(inputs, {b.name: outputs[b.name] for b in chosen},
-                         {b.name: declared_schedule(b) for b in chosen}, diagnose=False)
+                         {b.name: declared_schedule(b) for b in chosen}, diagnose=diagnose)
         return json.dumps([result["backends"], {str(p): v for p, v in result["goldens"].items()},
                            result["ideal"]], sort_keys=True)
 
