@@ -56,19 +56,21 @@ _MIN_NORMAL = 2.0 ** -126
 _BF16_FRACTION = 2.0 ** -7
 
 
-@intrinsic
-def _bits(typingctx, x):
-    """The bits of an FP64 value as an int64 (a bitcast: ``math.frexp`` costs 16 ns a call)."""
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
-    return types.int64(types.float64), codegen
+def _bitcast(source, target):
+    """A compiled function that reads a ``source`` value's bits as a ``target`` value."""
+    @intrinsic
+    def cast(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(target))
+        return target(source), codegen
+    return cast
 
 
-@intrinsic
-def _from_bits(typingctx, x):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-    return types.float64(types.int64), codegen
+# an FP64 value's bits (``math.frexp`` costs 16 ns a call); an FP32 value's: non-negative floats
+# order as their bits, so a maximum over them is an integer maximum, which vectorises (a float
+# one needs fast-math, which would also drop the NaN and Inf tests)
+_bits, _from_bits = _bitcast(types.float64, types.int64), _bitcast(types.int64, types.float64)
+_bits32, _from_bits32 = _bitcast(types.float32, types.int32), _bitcast(types.int32, types.float32)
 
 
 _EXPONENT = 0x7FF0000000000000
@@ -152,22 +154,6 @@ def _insert(vals, idx, count, v, i):
 # Elements per sub-block of a slice: its eight per-element FP32 arrays (error, excess, ratios)
 # take 16 KB, within L1 beside the inputs' sub-blocks.
 SUB = 512
-
-
-@intrinsic
-def _bits32(typingctx, x):
-    """The bits of an FP32 value as an int32: non-negative floats order as their bits, so a
-    maximum over them is an integer maximum, which vectorises (a float one needs fast-math)."""
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int32))
-    return types.int32(types.float32), codegen
-
-
-@intrinsic
-def _from_bits32(typingctx, x):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float32))
-    return types.float32(types.int32), codegen
 
 
 @njit(cache=True, error_model="numpy")
