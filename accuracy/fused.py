@@ -18,8 +18,9 @@ Vectorised: a slice runs in sub-blocks of ``SUB`` elements whose per-element val
 arrays, and every count, sum and maximum is a plain loop over them that LLVM vectorises; the
 running maxima's first index and the running top-k selections, which kept a single loop scalar
 (about 110 cycles per gated element), are looked up only in a sub-block that can change them.
-``ErrorStats.update`` per element on a 2-core Xeon, one loop against sub-blocks: gated 21.3
-against 8.9-12.0 ns, a diagnosis layer 14.2 against 4.8, the dual-only metrics 9.0 against 2.5.
+``ErrorStats.update`` per element on a 2-core Xeon, one loop against sub-blocks, the same
+hour: gated 21.3 against 8.9-12.0 ns, a diagnosis layer 14.2 against 4.8, the dual-only metrics
+9.0 against 2.5.
 
 Layout: a call covers whole slices of ``block`` elements (``ErrorStats``'s own slices), one
 row of ``acc`` and of each top-k table per slice, filled in parallel; the caller adds the
