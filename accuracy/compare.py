@@ -170,8 +170,9 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     # the rms known from the start (``row_rms``; a pass more, for a kernel that is far off). The
     # diagnosis layers compare without an allowance: where a sum cancels, 22% of torch-eager's
     # dx elements exceed rtol |FP64| (M=16384, seed profile); above the rising floor, at most
-    # 0.5% of the elements are held at once. The FP64 comparisons also keep msprobe's metrics (``accuracy.dual``); the
-    # reference's own (``ideal``) are the floor of the dual verdict's ratios.
+    # 0.5% of the elements are held at once. The FP64 comparisons also keep msprobe's metrics
+    # (``accuracy.dual``); the reference's own (``ideal``) are the floor of the dual verdict's
+    # ratios.
     rms: dict[str, float] = dict(row_rms or {})
     row_sums = {o: [0.0, 0] for o in ROW_OUTPUTS}
     ideal = {o: ErrorStats(tolerances[o], shapes[o], dual_only=True) for o in ROW_OUTPUTS}

@@ -190,6 +190,16 @@ def _first_at(x, m, v):
     return -1
 
 
+@njit(cache=True, error_model="numpy")
+def _running_max(x, m, s0, best, at):
+    """The running maximum ``best`` (first reached at ``at``) after the sub-block x[:m] that
+    starts at element s0: its first index is looked up only where the sub-block beats it."""
+    peak = _from_bits32(_max_bits(x, m))
+    if peak > best:
+        return peak, s0 + _first_at(x, m, peak)
+    return best, at
+
+
 @njit(cache=True, error_model="numpy", fastmath={"reassoc"})
 def _golden_sums(abs_b, m, small_atol, zero_pass):
     """sum |golden|^2 (FP64), how many |golden| exceed the small-value atol, how many pass as zero."""
@@ -206,7 +216,7 @@ def _golden_sums(abs_b, m, small_atol, zero_pass):
 @njit(cache=True, error_model="numpy")
 def _ulps(abs_err, abs_b, m, out):
     for j in range(m):
-        out[j] = abs_err[j] / np.float32(_spacing(np.float64(abs_b[j])))
+        out[j] = _ulp(abs_err[j], abs_b[j])     # the spacing reads the exponent alone: |b|'s is b's
 
 
 @njit(cache=True, error_model="numpy", fastmath={"reassoc"})
@@ -285,7 +295,6 @@ def _floor_ratios(scale, abs_b, allow, s0, m, rtol, has_allow, out):
         lk = allow[s0 + j] if has_allow else np.float32(0.0)
         r = _margin(scale[j], lk, rtol, has_allow) / abs_b[j]
         out[j] = r if abs_b[j] > 0 else np.float32(np.inf)
-    return out
 
 
 @njit(cache=True, error_model="numpy")
@@ -431,7 +440,7 @@ def compare_slices(a, b, rounded, allow, exact, noise, bound, block, flags, para
             sq_b_pairs += qb
             if has_rounded:
                 for j in range(m):
-                    scale[j] = abs_b[j] + rounded[s0 + j]
+                    scale[j] = _scale(abs_b[j], rounded[s0 + j], True)
             _excesses(abs_err, scale, rtol, m, excess)
             n_over_seed += _count_over(excess, m, seed_atol)
             if has_allow:
@@ -457,17 +466,9 @@ def compare_slices(a, b, rounded, allow, exact, noise, bound, block, flags, para
                 n_counted += nc
                 n_toward += nt
                 n_up += nu
-            for x, slot in ((abs_err, 0), (rel, 1), (ulp, 2)):
-                peak = _from_bits32(_max_bits(x, m))
-                running = max_abs if slot == 0 else (max_rel if slot == 1 else max_ulp)
-                if peak > running:
-                    at = s0 + _first_at(x, m, peak)
-                    if slot == 0:
-                        max_abs, at_abs = peak, at
-                    elif slot == 1:
-                        max_rel, at_rel = peak, at
-                    else:
-                        max_ulp, at_ulp = peak, at
+            max_abs, at_abs = _running_max(abs_err, m, s0, max_abs, at_abs)
+            max_rel, at_rel = _running_max(rel, m, s0, max_rel, at_rel)
+            max_ulp, at_ulp = _running_max(ulp, m, s0, max_ulp, at_ulp)
             n_mismatch += _count_over(excess, m, atol)
             bar_w = bar_worst if n_worst < k_worst else max(bar_worst, wv[k_worst - 1])
             if _count_over(excess, m, bar_w):
@@ -478,9 +479,7 @@ def compare_slices(a, b, rounded, allow, exact, noise, bound, block, flags, para
                 over, total = _bound_sums(abs_err, bound, s0, m, aux)
                 n_over_bound += over
                 sum_bound += total
-                peak_util = _from_bits32(_max_bits(aux, m))
-                if peak_util > max_util:
-                    max_util, at_util = peak_util, s0 + _first_at(aux, m, peak_util)
+                max_util, at_util = _running_max(aux, m, s0, max_util, at_util)
         if n_nonfinite == 0 and not dual_only:
             # the sampled histograms: first_sample + multiples of sample_step
             i = first_sample if lo <= first_sample else lo + (first_sample - lo) % sample_step
