@@ -10,7 +10,7 @@ the verdict reads is the same number), in one read of each input.
 Why numba: it ships LLVM in its wheel, so a fresh machine with only Python and the package
 registries compiles it (``torch.compile``'s C++ backend needs a system compiler), and its
 ``cache=True`` keeps the machine code between processes. Measured by
-``benchmarks/compare_tools.py`` (README, "Which tool"). The eager path stays the reference:
+``benchmarks/compare_tools.py`` (docs/performance.md, "Which tool"). The eager path stays the reference:
 for other devices, for slices with NaN or Inf, and in ``tests/core/test_fused_metrics.py``,
 which checks both give the same record.
 

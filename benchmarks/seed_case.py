@@ -12,7 +12,7 @@ compare, the backend's outputs too).
     python benchmarks/seed_case.py                 # the article's case
     python benchmarks/seed_case.py --m 32768       # a smaller M for a quick look
     python benchmarks/seed_case.py --json out.json # the table as one JSON object too
-    python benchmarks/seed_case.py --markdown out.json   # README's table from it
+    python benchmarks/seed_case.py --markdown out.json   # docs/performance.md's table from it
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def run_stage(stage: str, m: int, k: int, n: int) -> dict:
 
 
 def markdown(report: dict) -> str:
-    """README's table from a ``--json`` report: the numbers as the benchmark printed them."""
+    """docs/performance.md's table from a ``--json`` report: the numbers as the benchmark printed them."""
     lines = [f"M={report['m']}, K={report['k']}, N={report['n']}; {report['threads']} threads; matmul GFLOP/s "
              + ", ".join(f"{dt} {r:.1f}" for dt, r in report["matmul_gflops"].items())
              + f"; copy {report['copy_gbps']:.1f} GB/s", "",
@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=512)
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--json", help="also write the table as one JSON object to this file")
-    parser.add_argument("--markdown", metavar="JSON", help="print README's table from a --json report and exit")
+    parser.add_argument("--markdown", metavar="JSON", help="print docs/performance.md's table from a --json report and exit")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.markdown:
