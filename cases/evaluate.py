@@ -19,6 +19,7 @@ from cases.spec import CaseSpec, make_inputs
 from goldens.schedule import SCHEDULE_TYPE, TiledSchedule, default_schedule
 from kernels.registry import Backend
 from kernels.isolated import can_isolate, run_isolated
+from kernels.contract import changed_since, input_digests
 from kernels.runner import BackendRun, run_backend
 
 
@@ -75,10 +76,27 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     except Exception as exc:
         return CaseOutcome(spec, {}, error=f"case {spec.id}: inputs could not be made: {type(exc).__name__}: {exc}")
 
+    # A backend run in this process gets clones, but it can reach the case's own inputs through the
+    # garbage collector and write into them and their clones alike: the goldens would then follow
+    # its writes. Their digests, taken once here (about 1 s per GB of inputs), are checked after
+    # every in-process call; a backend that changed them fails, and the inputs are made again.
+    digests = None
+
     def run(b: Backend) -> BackendRun:
+        nonlocal inputs, digests
         if isolate and can_isolate(b, device):
             return run_isolated(b, spec, device, timeout=cell_timeout)
-        return run_backend(b, inputs)
+        if digests is None:
+            digests = input_digests(inputs)
+        result = run_backend(b, inputs)
+        changed = changed_since(digests, inputs)
+        if changed:
+            inputs = make_inputs(spec, device)
+            return BackendRun(b.name, error=f"backend {b.name!r} wrote into the case's inputs {changed} through "
+                                            f"a reference other than its arguments (found, e.g., through the "
+                                            f"garbage collector): a kernel must leave every input untouched",
+                              seconds=result.seconds)
+        return result
 
     runs = {b.name: run(b) for b in backends}
     repeat_of: dict[str, str] = {}    # "name#repeatI" -> name, for repeats that differ from the first run

@@ -48,8 +48,14 @@ class Row:
 
 
 def _run(args, *, env=None, timeout=1800, cwd=ROOT) -> subprocess.CompletedProcess:
+    """A finished process, or one killed at ``timeout`` seconds (exit 124, as timeout(1) says)."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+    try:
+        return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env,
+                              start_new_session=True)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return subprocess.CompletedProcess(args, 124, out, f"killed after {timeout} s")
 
 
 def _pytest(*args, env=None, timeout=1800):
@@ -223,7 +229,7 @@ def user_errors(tmp: Path) -> list[Row]:
     before = {p: _digest(p) for p in (results_file, junk, binary, afile, zeros)}
     rows = []
     for name, argv, codes, env in cases:
-        proc = _run(argv, env=env, timeout=600)
+        proc = _run(argv, env=env, timeout=120)
         ok, observed = _one_line_error(proc, codes)
         rows.append(Row("user errors", name, f"exit {sorted(codes)}, one line, no traceback", observed, ok))
     after = {p: _digest(p) for p in before}
