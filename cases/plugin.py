@@ -407,6 +407,8 @@ def pytest_sessionfinish(session, exitstatus):
     point_latest(results_root(config), folder.name)
     prune_finished(results_root(config))
     config.stash[MERGED] = (folder / "results.json", merged["missing"], merged["unreadable_shards"])
+    from cases.summary import summary_lines
+    config.stash[SUMMARY] = summary_lines(merged["records"])
     if merged["missing"] or merged["unreadable_shards"]:
         session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))
     report_dir = config.getoption("--report-dir")
@@ -419,6 +421,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 MERGED = pytest.StashKey[tuple]()
+SUMMARY = pytest.StashKey[list]()
 REPORT = pytest.StashKey[str]()
 
 
@@ -427,6 +430,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if manifest is not None:
         facts = ", ".join(f"{k}={v}" for k, v in manifest["facts"].items())
         terminalreporter.write_sep("-", f"platform facts: {facts}")
+    summary = config.stash.get(SUMMARY, None)
+    if summary:
+        terminalreporter.write_sep("-", "accuracy summary")
+        for line in summary:
+            terminalreporter.write_line(line)
     merged = config.stash.get(MERGED, None)
     if merged is not None:
         path, missing, unreadable = merged

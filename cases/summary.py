@@ -1,0 +1,81 @@
+"""The run on one screen: per backend its cells by verdict, what the acceptance gate would miss,
+the slowest cell. Data from the merged records only; the plugin prints the lines."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+# Worst first: a cell's verdict is the worst of its outputs' (an error hides nothing below it).
+CELL_ORDER = ("crashed", "timed_out", "error", "fail", "unexpected_pass", "expected_failure", "skipped", "pass")
+LABELS = {"pass": "passed", "fail": "failed", "expected_failure": "known failures",
+          "unexpected_pass": "known failures that passed", "skipped": "skipped", "error": "errors",
+          "crashed": "crashed", "timed_out": "timed out"}
+
+
+def _is_backend(name: str) -> bool:
+    return not str(name).startswith("golden:")
+
+
+def cell_verdicts(records: Iterable[Mapping]) -> dict[tuple[str, str], str]:
+    """(case, backend) -> the worst status among the cell's gated records (or its one error record)."""
+    cells: dict[tuple[str, str], str] = {}
+    for r in records:
+        if not _is_backend(r.get("backend", "")) or not (r.get("gated") or r.get("output") == "*"):
+            continue
+        status = r.get("status")
+        if status not in CELL_ORDER:
+            continue
+        key = (r.get("case"), r.get("backend"))
+        if key not in cells or CELL_ORDER.index(status) < CELL_ORDER.index(cells[key]):
+            cells[key] = status
+    return cells
+
+
+def backend_lines(records: Iterable[Mapping]) -> list[str]:
+    per_backend: dict[str, Counter] = {}
+    for (_, backend), status in cell_verdicts(records).items():
+        per_backend.setdefault(backend, Counter())[status] += 1
+    lines = []
+    for backend in sorted(per_backend):
+        counts = per_backend[backend]
+        parts = [f"{counts[s]} {LABELS[s]}" for s in reversed(CELL_ORDER) if counts[s]]
+        lines.append(f"{backend}: {', '.join(parts)} (of {sum(counts.values())} cells)")
+    return lines
+
+
+def vacuity_line(records: Iterable[Mapping]) -> str | None:
+    """Outputs where the operator's acceptance gate would pass an all-zero output, and at how many
+    of the cases that gated them."""
+    by_case: dict[tuple, bool] = {}      # (case, output) -> vacuous: a property of the case's reference
+    for r in records:
+        if r.get("gated") and _is_backend(r.get("backend", "")) and "vacuous_seed_gate" in r:
+            key = (r.get("case"), r.get("output"))
+            by_case[key] = by_case.get(key, False) or bool(r["vacuous_seed_gate"])
+    seen = Counter(o for _, o in by_case)
+    vacuous = Counter(o for (_, o), v in by_case.items() if v)
+    hit = [o for o in seen if vacuous[o]]
+    if not hit:
+        return None
+    return ("acceptance gate (rtol 1/128, atol 1e-4) would pass all zeros: "
+            + ", ".join(f"{o} at {vacuous[o]}/{seen[o]} cases" for o in hit)
+            + "; the gate here caps its atol there")
+
+
+def slowest_line(records: Iterable[Mapping]) -> str | None:
+    best = None
+    for r in records:
+        seconds = r.get("seconds")
+        if _is_backend(r.get("backend", "")) and isinstance(seconds, (int, float)):
+            if best is None or seconds > best[0]:
+                best = (seconds, r.get("case"), r.get("backend"))
+    if best is None:
+        return None
+    return f"slowest backend call: {best[2]} at {best[1]}, {best[0]:.1f} s"
+
+
+def summary_lines(records: list[Mapping]) -> list[str]:
+    lines = backend_lines(records)
+    for line in (vacuity_line(records), slowest_line(records)):
+        if line:
+            lines.append(line)
+    return lines

@@ -1,0 +1,39 @@
+"""The one-screen summary reads the merged records: a cell is as bad as its worst output."""
+from __future__ import annotations
+
+from cases.summary import backend_lines, cell_verdicts, slowest_line, summary_lines, vacuity_line
+
+
+def _rec(case, backend, output, status, *, gated=True, vacuous=False, seconds=1.0):
+    return {"case": case, "backend": backend, "output": output, "golden": "reference", "gated": gated,
+            "status": status, "vacuous_seed_gate": vacuous, "seconds": seconds}
+
+
+RECORDS = [
+    _rec("A", "k", "dg", "pass"), _rec("A", "k", "dw_g", "fail"), _rec("A", "k", "dw_g", "info", gated=False),
+    _rec("B", "k", "dg", "pass"), _rec("B", "k", "dw_g", "expected_failure"),
+    {"case": "C", "backend": "k", "output": "*", "golden": "*", "status": "crashed", "seconds": 0.5},
+    _rec("A", "torch-eager", "dg", "pass", vacuous=True, seconds=7.5), _rec("A", "torch-eager", "dw_g", "pass"),
+    _rec("B", "torch-eager", "dg", "pass", vacuous=False),
+    _rec("A", "golden:tiled:article", "dg", "info", gated=False, seconds=99.0),
+]
+
+
+def test_a_cell_takes_its_worst_output():
+    cells = cell_verdicts(RECORDS)
+    assert cells[("A", "k")] == "fail"
+    assert cells[("B", "k")] == "expected_failure"
+    assert cells[("C", "k")] == "crashed"
+    assert ("A", "golden:tiled:article") not in cells
+
+
+def test_backend_lines_count_cells_not_records():
+    assert backend_lines(RECORDS) == ["k: 1 known failures, 1 failed, 1 crashed (of 3 cells)",
+                                      "torch-eager: 2 passed (of 2 cells)"]
+
+
+def test_vacuity_and_slowest_lines():
+    assert vacuity_line(RECORDS).startswith("acceptance gate (rtol 1/128, atol 1e-4) would pass all zeros: "
+                                            "dg at 1/2 cases")
+    assert slowest_line(RECORDS) == "slowest backend call: torch-eager at A, 7.5 s"
+    assert len(summary_lines(RECORDS)) == 4
