@@ -22,8 +22,10 @@ def quick_cases(seeds: int = 1) -> list[CaseSpec]:
 
     The scales rotate over the M edges below 220000 (10 M x 6 scales, 10 cells), alternating the
     operator's shapes; a second sweep at its last (smallest) shape gives every scale a multi-tile
-    M too."""
-    scales = list(SCALES)
+    M too. The operator's range cases (inputs outside another format's range, a function's far
+    tail) come as they are."""
+    ranges = [CaseSpec(*c) for c in OPERATOR.range_cases]
+    scales = [s for s in SCALES if s not in {c.scale for c in ranges}]
     cases = []
     small_ms = [m for m in M_EDGES if m < LARGE_M]
     for i, m in enumerate(small_ms):
@@ -31,6 +33,7 @@ def quick_cases(seeds: int = 1) -> list[CaseSpec]:
     for j, scale in enumerate(scales):
         m = small_ms[(j * 3 + 4) % len(small_ms)]
         cases.append(CaseSpec(m, *SHAPES[-1], scale, 0))
+    cases += ranges
     cases.append(SEED_CASE)
     unique = list(dict.fromkeys(cases))
     return [replace(c, seed=c.seed + s) if s else c for c in unique for s in range(seeds)]

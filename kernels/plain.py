@@ -18,14 +18,14 @@ BF16 = torch.bfloat16
 
 def _backward(x, w_g, w_fc, dy, g, fc, *, math=torch.float32, store_intermediates=False,
               db_from_stored=True, dx_products_stored=False, store: Callable = None,
-              store_downstream: Callable = None):
+              store_downstream: Callable = None, sigmoid: Callable = torch.sigmoid):
     """dg/dfc in ``math``, stored with ``store`` (BF16 round to nearest by default); db, dw, dx
     from the stored values (or db from the unrounded ones) as FP32 (or ``math``) matmuls, stored
     with ``store_downstream`` (``store`` by default)."""
     store = store or (lambda t: t.to(BF16))
     out = store_downstream or store
     dy, g, fc = (t.to(math) for t in (dy, g, fc))
-    s = torch.sigmoid(g)
+    s = sigmoid(g)
     dy_fc = dy * fc
     silu_g = g * s
     if store_intermediates:     # what PyTorch autograd materialises between its ops
@@ -109,6 +109,30 @@ def uniform_scale_error(*, x, w_g, w_fc, dy, g, fc):
     return {k: (v.float() * (1 + 1 / 128)).to(BF16) for k, v in out.items()}
 
 
+def _through_fp16(name: str) -> Callable:
+    def kernel(**inputs):
+        staged = dict(inputs, **{name: inputs[name].half().to(BF16)})   # exact in FP16's normal range only
+        return _backward(**staged)
+    kernel.__name__ = kernel.__qualname__ = f"{name}_through_fp16"
+    kernel.__doc__ = (f"{name} staged through FP16 (a half() cast on the way in): right wherever {name} is "
+                      f"inside FP16's normal range (6.1e-5 .. 65504), zero, coarse or inf outside it")
+    return kernel
+
+
+dy_through_fp16, g_through_fp16, fc_through_fp16, x_through_fp16, w_g_through_fp16, w_fc_through_fp16 = (
+    _through_fp16(n) for n in ("dy", "g", "fc", "x", "w_g", "w_fc"))
+
+
+def tanh_sigmoid(*, x, w_g, w_fc, dy, g, fc):
+    """sigmoid(g) as 0.5 (1 + tanh(g / 2)) in FP32: exact in value, but 1 + tanh cancels for g below
+    about -12 and keeps about one bit at g = -15."""
+    return _backward(x, w_g, w_fc, dy, g, fc, sigmoid=lambda t: 0.5 * (1 + torch.tanh(t / 2)))
+
+
 CORRECT: dict[str, Callable] = {f.__name__: f for f in (plain, plain_db_unrounded, stores_every_intermediate)}
+# Wrong only outside the ranges the other profiles draw: the operator's range cases catch them
+RANGE_BUGS: dict[str, Callable] = {f.__name__: f for f in (dy_through_fp16, g_through_fp16, fc_through_fp16,
+                                                           x_through_fp16, w_g_through_fp16, w_fc_through_fp16,
+                                                           tanh_sigmoid)}
 WRONG: dict[str, Callable] = {f.__name__: f for f in (round_toward_zero_stores, round_up_stores,
                                                       round_up_downstream_stores, bf16_math, uniform_scale_error)}

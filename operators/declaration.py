@@ -118,6 +118,9 @@ class Operator:
     m_edges: tuple = ()           # the matrix's M axis
     shapes: tuple = ()            # the matrix's other dimensions, each a tuple of their sizes
     article_case: tuple = ()      # (M, *other sizes, scale, seed) of the operator's acceptance criterion
+    # cases whose inputs leave another format's range or enter a function's far tail, each as
+    # ``article_case``: in the quick matrix as they are; their scales stay out of its rotation
+    range_cases: tuple = ()
     dtype: torch.dtype = torch.bfloat16
     title: str = ""               # what the report calls it
     # backend name -> "package.module:callable" (``kernels.registry`` resolves --backend by it), and

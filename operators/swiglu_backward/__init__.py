@@ -28,6 +28,7 @@ OPERATOR = Operator(
     m_edges=profiles.M_EDGES,
     shapes=profiles.SHAPES,
     article_case=profiles.ARTICLE_CASE,
+    range_cases=profiles.RANGE_CASES,
     title="SwiGLU backward",
     backends={
         "torch-eager": "kernels.torch_autograd:torch_eager",

@@ -92,5 +92,42 @@ def _outliers(gen, m, k, n):
     return t
 
 
+def _below_fp16(gen, m, k, n):
+    """Every input at the unit scale times 2^-20 (dy, g, fc, x ~ 1e-6; weights ~ 1e-7), inside BF16's
+    normal range and below FP16's (6.1e-5): a kernel that stages any input through FP16 keeps at
+    most 4 of its bits there. Measured (M=1025 and 2049, K=96, N=200): FP16-staged dy, g, fc, x or
+    w_g each fail, PyTorch's backward and FP32/FP64 plain kernels pass; every output stays above
+    BF16's smallest normal (dw ~ 2^-60)."""
+    return {name: t * 2.0 ** -20 for name, t in _unit(gen, m, k, n).items()}
+
+
+def _above_fp16(gen, m, k, n):
+    """x, dy, fc times 2^17 and weights drawn at randn x 2^17 (not / sqrt(K)): about half of them
+    beyond FP16's largest value 65504, so a kernel staging one through FP16 gets inf; g stays at the
+    unit scale, where every sigmoid form is finite and its derivative is exercised. Outputs stay
+    far inside FP32 and BF16 (dw ~ 2^56 at M=1025)."""
+    t = _unit(gen, m, k, n)
+    for name in ("x", "dy", "fc"):
+        t[name] = t[name] * 2.0 ** 17
+    for name in ("w_g", "w_fc"):
+        t[name] = t[name] * (math.sqrt(k) * 2.0 ** 17)
+    return t
+
+
+def _sigmoid_tail(gen, m, k, n):
+    """g uniform in [-16, -14], one-sided (nothing of order one beside it to lift the rms and the
+    atol): sigmoid ~ 3e-7, where 0.5 (1 + tanh(g/2)) cancels to about one FP32 bit and is 10% off
+    (measured: that form fails all seven outputs at M=1025 and 2049, the exp forms pass). Kept above
+    g = -87, where exp(g) would leave FP32's normal range and the result would depend on whether
+    the platform flushes subnormals."""
+    t = _unit(gen, m, k, n)
+    t["g"] = -16.0 + 2.0 * torch.rand(m, n, generator=gen)
+    return t
+
+
 SCALES = {"seed": _seed_scale, "unit": _unit, "saturating": _saturating,
-          "cancellation": _cancellation, "tiny": _tiny, "outliers": _outliers}
+          "cancellation": _cancellation, "tiny": _tiny, "outliers": _outliers,
+          "below_fp16": _below_fp16, "above_fp16": _above_fp16, "sigmoid_tail": _sigmoid_tail}
+# One case each in the quick matrix (``Operator.range_cases``), at tile edges of the small shape:
+# 2049 (w tile + 1), 1025 (b/x tile + 1), 3000 (tails in every kernel)
+RANGE_CASES = ((2049, 96, 200, "below_fp16", 0), (1025, 96, 200, "above_fp16", 0), (3000, 96, 200, "sigmoid_tail", 0))

@@ -1,0 +1,59 @@
+"""The quick matrix's range cases catch what its other profiles cannot: inputs staged through
+FP16 (right inside FP16's normal range, which every other profile stays in but for dy at the tiny
+profile) and a sigmoid that loses its precision in the far negative tail.
+
+Each kernel of ``kernels.plain.RANGE_BUGS`` passes at a seed-scale case and fails at its range
+case; every correct plain kernel and PyTorch's backward pass all three range cases.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from cases.evaluate import evaluate_case
+from cases.matrix import quick_cases
+from cases.spec import CaseSpec
+from kernels import plain
+from kernels.registry import Backend, resolve
+
+RANGE = {c.scale: c for c in quick_cases() if c.scale in ("below_fp16", "above_fp16", "sigmoid_tail")}
+SEED = CaseSpec(1025, 96, 200, "seed", 0)
+# the range case that catches each, and the outputs it must fail there at least
+CAUGHT_AT = {
+    "dy_through_fp16": ("below_fp16", {"dg", "dfc"}),
+    "g_through_fp16": ("below_fp16", {"dfc"}),
+    "fc_through_fp16": ("below_fp16", {"dg"}),
+    "x_through_fp16": ("below_fp16", {"dw_g", "dw_fc"}),
+    "w_g_through_fp16": ("below_fp16", {"dx"}),
+    "w_fc_through_fp16": ("above_fp16", {"dx"}),
+    "tanh_sigmoid": ("sigmoid_tail", {"dg", "dfc"}),
+}
+
+
+@functools.cache
+def _failing(scale: str) -> dict[str, set[str]]:
+    spec = SEED if scale == "seed" else RANGE[scale]
+    backends = ([resolve("torch-eager")] + [Backend(n, f) for n, f in plain.CORRECT.items()]
+                + [Backend(n, f) for n, f in plain.RANGE_BUGS.items()])
+    out = evaluate_case(spec, backends, isolate=False, benchmark=None)
+    assert out.error is None, out.error
+    return {b.name: {o for o, v in out.verdicts[b.name].items() if not v.passed} for b in backends}
+
+
+def test_the_quick_matrix_holds_one_case_per_range_scale():
+    assert set(RANGE) == {"below_fp16", "above_fp16", "sigmoid_tail"}
+
+
+@pytest.mark.parametrize("scale", sorted(RANGE))
+def test_correct_kernels_pass_the_range_cases(scale):
+    failing = _failing(scale)
+    for name in ("torch-eager", *plain.CORRECT):
+        assert not failing[name], (name, failing[name])
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT_AT))
+def test_each_range_bug_passes_at_the_seed_scale_and_fails_at_its_range_case(name):
+    scale, outputs = CAUGHT_AT[name]
+    assert not _failing("seed")[name], _failing("seed")[name]
+    assert outputs <= _failing(scale)[name], (scale, _failing(scale)[name])
