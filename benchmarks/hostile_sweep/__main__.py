@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,11 +51,14 @@ class Row:
 def _run(args, *, env=None, timeout=1800, cwd=ROOT) -> subprocess.CompletedProcess:
     """A finished process, or one killed at ``timeout`` seconds (exit 124, as timeout(1) says)."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+                            start_new_session=True)
     try:
-        return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env,
-                              start_new_session=True)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(args, proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)    # the whole session: pool workers and backend children too
+        out, _ = proc.communicate()
         return subprocess.CompletedProcess(args, 124, out, f"killed after {timeout} s")
 
 
