@@ -16,12 +16,61 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
+import threading
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import torch
 
 from accuracy.platform_facts import fp32_keeps_subnormals
+
+
+# The new per-backend FP32 precision API (``torch.backends.*.fp32_precision``): "bf16" there makes
+# FP32 matmuls on the CPU use BF16 dot products (measured: 2x the error of IEEE at 256 x 256), and
+# once it is set, the legacy ``get_float32_matmul_precision`` raises instead of answering.
+FP32_PRECISION_PATHS = ("", "mkldnn", "mkldnn.matmul", "mkldnn.conv", "cuda.matmul", "cudnn")
+# Signals whose handler a backend could replace to reach the framework's process later
+SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGUSR1",
+                                              "SIGUSR2", "SIGHUP") if hasattr(signal, n))
+
+
+def _fp32_precision_owner(path: str):
+    owner = torch.backends
+    for part in filter(None, path.split(".")):
+        owner = getattr(owner, part, None)
+    return owner
+
+
+def _fp32_precisions() -> tuple:
+    return tuple(getattr(_fp32_precision_owner(p), "fp32_precision", None) for p in FP32_PRECISION_PATHS)
+
+
+def _matmul_precision() -> str:
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:          # the legacy and the new API were mixed (above)
+        return "<mixed with torch.backends.*.fp32_precision>"
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _signal_handlers() -> tuple:
+    if not _in_main_thread():
+        return ()
+    return tuple(signal.getsignal(s) for s in SIGNALS)
+
+
+def _error_filters() -> tuple:
+    return tuple(f for f in warnings.filters if f[0] == "error")
+
+
+def _pending_alarm() -> float:
+    return signal.getitimer(signal.ITIMER_REAL)[0] if _in_main_thread() else 0.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +89,14 @@ class GlobalState:
     cpu_autocast: bool
     cwd: str
     subnormals_kept: bool      # FP32 on the calling and worker threads keeps subnormals
+    fp32_precision: tuple = ()         # torch.backends.*.fp32_precision, in FP32_PRECISION_PATHS order
+    default_device: str = "cpu"        # torch.set_default_device: the goldens' new tensors would go there
+    error_filters: tuple = ()          # warnings filters "error": a later library warning would raise
+                                       # (other filters are left alone: torch adds "ignore" ones lazily)
+    signal_handlers: tuple = ()        # in SIGNALS order
+    pending_alarm: float = 0.0         # seconds left on an ITIMER_REAL a backend set (signal.alarm)
+    stdout: object = None              # sys.stdout / sys.stderr objects: a backend replacing them hides
+    stderr: object = None              # every later message of the run
 
 
 def capture() -> GlobalState:
@@ -49,7 +106,7 @@ def capture() -> GlobalState:
         num_threads=torch.get_num_threads(),
         deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
         deterministic_warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
-        float32_matmul_precision=torch.get_float32_matmul_precision(),
+        float32_matmul_precision=_matmul_precision(),
         cuda_matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32,
         cuda_allow_bf16_reduced_precision_reduction=torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
         cuda_allow_fp16_reduced_precision_reduction=torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
@@ -58,20 +115,52 @@ def capture() -> GlobalState:
         cpu_autocast=torch.is_autocast_enabled("cpu"),
         cwd=os.getcwd(),
         subnormals_kept=fp32_keeps_subnormals("cpu"),
+        fp32_precision=_fp32_precisions(),
+        default_device=str(torch.get_default_device()),
+        error_filters=_error_filters(),
+        signal_handlers=_signal_handlers(),
+        pending_alarm=_pending_alarm(),
+        stdout=sys.stdout,
+        stderr=sys.stderr,
     )
 
 
 def restore(state: GlobalState) -> list[str]:
     """Put ``state`` back; returns what could not be restored in place (and how it was worked around)."""
+    if str(torch.get_default_device()) != state.default_device:
+        torch.set_default_device(None if state.default_device == "cpu" else state.default_device)
+    if _error_filters() != state.error_filters:
+        kept = [f for f in warnings.filters if f[0] != "error"]
+        warnings.filters[:] = list(state.error_filters) + kept
+        warnings._filters_mutated()
+    if _in_main_thread():
+        for sig, handler in zip(SIGNALS, state.signal_handlers):
+            if signal.getsignal(sig) is not handler and handler is not None:
+                signal.signal(sig, handler)
+        if _pending_alarm() and not state.pending_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    sys.stdout, sys.stderr = state.stdout, state.stderr
     torch.set_grad_enabled(state.grad_enabled)
     torch.set_default_dtype(state.default_dtype)
     torch.use_deterministic_algorithms(state.deterministic_algorithms, warn_only=state.deterministic_warn_only)
-    torch.set_float32_matmul_precision(state.float32_matmul_precision)
-    torch.backends.cuda.matmul.allow_tf32 = state.cuda_matmul_allow_tf32
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = state.cuda_allow_bf16_reduced_precision_reduction
-    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = state.cuda_allow_fp16_reduced_precision_reduction
-    torch.backends.cudnn.allow_tf32 = state.cudnn_allow_tf32
+    if state.float32_matmul_precision in ("highest", "high", "medium") and \
+            _matmul_precision() != state.float32_matmul_precision:
+        torch.set_float32_matmul_precision(state.float32_matmul_precision)
+    # each legacy flag only where it moved: setting one writes the new API's value too
+    for owner, attr, value in ((torch.backends.cuda.matmul, "allow_tf32", state.cuda_matmul_allow_tf32),
+                               (torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction",
+                                state.cuda_allow_bf16_reduced_precision_reduction),
+                               (torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction",
+                                state.cuda_allow_fp16_reduced_precision_reduction),
+                               (torch.backends.cudnn, "allow_tf32", state.cudnn_allow_tf32)):
+        if getattr(owner, attr) != value:
+            setattr(owner, attr, value)
     torch.backends.mkldnn.enabled = state.mkldnn_enabled
+    for path, value in zip(FP32_PRECISION_PATHS, state.fp32_precision):   # after the legacy setters above
+        owner = _fp32_precision_owner(path)
+        if value is not None and getattr(owner, "fp32_precision", value) != value:
+            with contextlib.suppress(Exception):
+                owner.fp32_precision = value
     torch.set_autocast_enabled("cpu", state.cpu_autocast)
     with contextlib.suppress(OSError):
         os.chdir(state.cwd)
@@ -87,8 +176,22 @@ def restore(state: GlobalState) -> list[str]:
 
 
 def changes(before: GlobalState, after: GlobalState) -> list[str]:
-    return [f"{f.name} {getattr(before, f.name)!r} -> {getattr(after, f.name)!r}" for f in fields(GlobalState)
-            if getattr(before, f.name) != getattr(after, f.name)]
+    out = []
+    for f in fields(GlobalState):
+        a, b = getattr(before, f.name), getattr(after, f.name)
+        if f.name in ("stdout", "stderr"):
+            if a is not b:
+                out.append(f"sys.{f.name} replaced")
+        elif f.name == "error_filters":
+            if a != b:
+                out.append(f"warnings filters that raise changed ({len(a)} -> {len(b)})")
+        elif f.name == "signal_handlers":
+            changed = [signal.Signals(s).name for s, x, y in zip(SIGNALS, a, b) if x is not y]
+            if changed:
+                out.append(f"signal handlers of {', '.join(changed)} replaced")
+        elif a != b:
+            out.append(f"{f.name} {a!r} -> {b!r}")
+    return out
 
 
 @dataclass
