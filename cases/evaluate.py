@@ -51,6 +51,7 @@ class CaseOutcome:
     error: str | None = None    # the case itself could not be evaluated (inputs, goldens)
     dual: dict[str, dict[str, DualVerdict]] = field(default_factory=dict)   # backend -> output -> verdict
     dual_missing: str | None = None   # why there is no dual verdict at this case (no benchmark outputs)
+    benchmark: str | None = None      # the dual verdict's benchmark backend
 
 
 def _bit_identical(a: dict, b: dict) -> bool:
@@ -121,7 +122,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
             for i, outputs in differing:
                 ok[f"{b.name}#repeat{i}"] = outputs
                 repeat_of[f"{b.name}#repeat{i}"] = b.name
-    outcome = CaseOutcome(spec, runs)
+    outcome = CaseOutcome(spec, runs, benchmark=benchmark)
     schedules = {}
     for b in backends:
         if b.name in ok:
@@ -196,6 +197,9 @@ def records_for(outcome: CaseOutcome, backend: str, judge_of=None, gate: str = "
     (known failures are judged on the absolute verdict). ``gate``: which verdict sets the status:
     ``absolute`` (the operator's criterion), ``dual`` (``accuracy.dual``) or ``both``."""
     spec = outcome.spec
+    if backend == outcome.benchmark and gate != "absolute":
+        # its dual ratios are to itself, 1 whatever its numbers: the absolute gate alone judges it
+        gate = "absolute"
     base = {"case": spec.id, "case_spec": spec.asdict(), "backend": backend,
             "schedule": outcome.schedules.get(backend)}
     run = outcome.runs.get(backend)

@@ -173,6 +173,16 @@ def benchmark_name(config) -> str | None:
     return None if name in (None, "none") else name
 
 
+def gate_line(config) -> str:
+    """Which verdict the cells were gated on, and by which benchmark."""
+    gate, bench = config.getoption("--gate", default="absolute"), benchmark_name(config)
+    if gate == "absolute":
+        return ("gate: absolute (the operator's rtol/atol criterion with its allowance)"
+                + (f"; dual-benchmark ratios to {bench!r} recorded, not gated" if bench else ""))
+    return (f"gate: {gate} ({'both the absolute gate and ' if gate == 'both' else ''}msprobe's ratios to the "
+            f"benchmark {bench!r}); {bench!r} itself is judged by the absolute gate alone")
+
+
 def backend_names(config) -> list[str]:
     """The backends of every case: the selected ones, then the benchmark if it is not among them."""
     import operators
@@ -437,6 +447,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(line)
     merged = config.stash.get(MERGED, None)
     if merged is not None:
+        terminalreporter.write_line(gate_line(config))
         path, missing, unreadable = merged
         for cell in missing:
             terminalreporter.write_line(f"MISSING: case {cell['case']}, backend {cell['backend']!r}: planned, "

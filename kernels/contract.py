@@ -104,7 +104,8 @@ def validate_inputs(inputs: Mapping[str, torch.Tensor], *, allow_nonfinite: bool
 
 def validate_outputs(backend: str, outputs: object, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Check what a backend returned: a mapping with the operator's declared outputs, in its dtype,
-    of the right shapes, on the inputs' device. Returns a plain dict of exactly those tensors."""
+    of the right shapes, on the inputs' device. Returns a plain dict of detached copies of exactly
+    those tensors, taken when it is called (right after the backend returns)."""
     if not isinstance(outputs, Mapping):
         raise ContractError(f"backend {backend!r} returned {type(outputs).__name__}, expected a mapping of "
                             f"{list(OUTPUT_NAMES)}")
@@ -118,6 +119,10 @@ def validate_outputs(backend: str, outputs: object, inputs: Mapping[str, torch.T
         t = outputs[name]
         if not isinstance(t, torch.Tensor):
             raise ContractError(f"backend {backend!r} output {name!r} is {type(t).__name__}, expected a torch.Tensor")
+        if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+            # a subclass's __torch_function__ would run inside every comparison the gate makes
+            raise ContractError(f"backend {backend!r} output {name!r} is a {type(t).__module__}.{type(t).__name__}, "
+                                f"a torch.Tensor subclass: return a plain tensor")
         if t.layout != torch.strided:
             raise ContractError(f"backend {backend!r} output {name!r} has layout {t.layout}, expected a dense "
                                 f"(strided) tensor")
@@ -127,7 +132,10 @@ def validate_outputs(backend: str, outputs: object, inputs: Mapping[str, torch.T
             raise ContractError(f"backend {backend!r} output {name!r} has shape {tuple(t.shape)}, expected {shape}")
         if t.device != device:
             raise ContractError(f"backend {backend!r} output {name!r} is on {t.device}, inputs are on {device}")
-        checked[name] = t
+        # A copy taken now is what the gate judges: a kernel whose threads (or stream) still write
+        # into its buffers after it returned is judged on what it returned. Detached: a graph
+        # attached to an output (requires_grad) is not the kernel's result and cannot cross processes.
+        checked[name] = t.detach().clone()
     return checked
 
 

@@ -84,6 +84,7 @@ def run_backend(backend: Backend, inputs: Mapping[str, torch.Tensor], *, private
         return BackendRun(backend.name, error=leaked, seconds=seconds)
     try:
         outputs = validate_outputs(backend.name, raw, inputs)
+        del raw      # the copies are judged; the backend's own buffers go unless it holds them
     except ContractError as exc:
         return BackendRun(backend.name, error=str(exc), seconds=seconds)
     except Exception as exc:   # a returned object whose own methods raise (a hostile Mapping, say)
