@@ -52,6 +52,7 @@ class CaseOutcome:
     dual: dict[str, dict[str, DualVerdict]] = field(default_factory=dict)   # backend -> output -> verdict
     dual_missing: str | None = None   # why there is no dual verdict at this case (no benchmark outputs)
     benchmark: str | None = None      # the dual verdict's benchmark backend
+    checks_nothing: str | None = None  # why no kernel can fail at this case (its inputs), or None
 
 
 def _bit_identical(a: dict, b: dict) -> bool:
@@ -76,6 +77,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         inputs = make_inputs(spec, device)
     except Exception as exc:
         return CaseOutcome(spec, {}, error=f"case {spec.id}: inputs could not be made: {type(exc).__name__}: {exc}")
+    constant_inputs = all(bool((t == t.reshape(-1)[0]).all()) for t in inputs.values())
 
     # A backend run in this process gets clones, but it can reach the case's own inputs through the
     # garbage collector and write into them and their clones alike: the goldens would then follow
@@ -152,6 +154,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         del inputs, ok
         gc.collect()
     outcome.golden_seconds = time.perf_counter() - start
+    outcome.checks_nothing = _checks_nothing(spec, constant_inputs, outcome.comparison["ideal"])
     for name in outcome.comparison["backends"]:
         outcome.verdicts[name] = gated_verdicts(outcome.comparison["backends"][name], case=spec.id, backend=name,
                                                 attribution=outcome.comparison["attribution"][name])
@@ -160,6 +163,19 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         outcome.dual, outcome.dual_missing = dual_verdicts(outcome.comparison, benchmark, case=spec.id,
                                                            runs=runs)
     return outcome
+
+
+def _checks_nothing(spec: CaseSpec, constant_inputs: bool, ideal: Mapping) -> str | None:
+    """A case at which a wrong kernel passes as surely as a right one: every input constant (every
+    output is then constant: a shifted, permuted or mis-tiled kernel gives the same values), or
+    every output's FP64 reference zero (an all-zero kernel is exact)."""
+    if constant_inputs:
+        return (f"case {spec.id} checks nothing: every input is constant, so every output is too and a shifted, "
+                f"permuted or mis-tiled kernel gives the same values; choose inputs that vary")
+    if all(m.get("golden_max_abs") == 0 for m in ideal.values()):
+        return (f"case {spec.id} checks nothing: every output's reference is zero, so an all-zero kernel is exact; "
+                f"choose inputs that give non-zero outputs")
+    return None
 
 
 def _fold_repeats(outcome: CaseOutcome, repeat_of: Mapping[str, str], repeats: int) -> None:
@@ -234,6 +250,9 @@ def records_for(outcome: CaseOutcome, backend: str, judge_of=None, gate: str = "
                 rec["absolute_status"] = absolute_status
                 rec["status"], rec["message"] = _gate_status(gate, absolute_status, absolute_message, dual,
                                                              outcome.dual_missing)
+                if outcome.checks_nothing:      # no verdict here can be a pass
+                    rec["checks_nothing"] = outcome.checks_nothing
+                    rec["status"], rec["message"] = "fail", outcome.checks_nothing + "\n\n" + rec["message"]
                 rec["dual"] = None if dual is None else {
                     "benchmark": dual.benchmark, "passed": dual.passed, "ratios": dual.ratios, "failed": dual.failed,
                     "ulp_share": dual.ulp_share, "ulp_share_benchmark": dual.ulp_share_benchmark,

@@ -63,3 +63,22 @@ def test_outputs_with_a_graph_are_detached_and_judged():
         outcome = evaluate_case(SPEC, [Backend(name, with_a_graph)], isolate=isolate, benchmark=None)
         assert outcome.runs[name].error is None, outcome.runs[name].error
         assert all(v.passed for v in outcome.verdicts[name].values())
+
+
+def _constant_inputs_case(tmp_path, value: float):
+    from safetensors.torch import save_file
+    from cases.spec import inputs_case
+    from kernels.contract import input_shapes
+    path = tmp_path / f"inputs-{value}.safetensors"
+    save_file({n: torch.full(s, value, dtype=torch.bfloat16) for n, s in input_shapes(64, 96, 200).items()}, str(path))
+    return inputs_case(str(path))
+
+
+def test_a_case_whose_inputs_check_nothing_cannot_pass(tmp_path):
+    for value in (0.0, 0.5):
+        spec = _constant_inputs_case(tmp_path, value)
+        outcome = evaluate_case(spec, [Backend("torch-eager", torch_eager), Backend("zero", all_zero)], benchmark=None)
+        for name in ("torch-eager", "zero"):
+            records = [r for r in records_for(outcome, name) if r.get("gated")]
+            assert {r["status"] for r in records} == {"fail"}, (value, name)
+            assert all("checks nothing" in r["message"] and r["checks_nothing"] for r in records)
