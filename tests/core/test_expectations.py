@@ -161,3 +161,13 @@ def test_measured_size_of_an_all_zero_golden():
 
 def test_shape_dependent_is_a_value_no_entry_is_conditioned_on():
     assert all(SHAPE_DEPENDENT not in e.when.values() for e in E.load())
+
+
+def test_a_backend_pattern_matches_only_registered_names():
+    """``torch-*`` excuses torch-eager and torch-compile, never a user's import path that starts
+    the same way (a folder named torch-mine on PYTHONPATH)."""
+    from cases.expectations import backend_matches
+    assert backend_matches("torch-*", "torch-eager") and backend_matches("torch-*", "torch-compile")
+    assert not backend_matches("torch-*", "torch-mine:zero_dx")
+    assert not backend_matches("torch-*", "torch-eager2")
+    assert backend_matches("mine:zero_dx", "mine:zero_dx")
