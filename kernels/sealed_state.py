@@ -194,6 +194,75 @@ def changes(before: GlobalState, after: GlobalState) -> list[str]:
     return out
 
 
+# Where the goldens' and the gate's functions live: a backend in this process that replaces one
+# (torch.matmul scaled by 1.05, say) would have the goldens carry its own error, and one that
+# replaces the framework's gate would judge itself. Torch's namespaces the golden math calls, and the
+# framework's own modules (not the backends' modules: those may cache compiled kernels in globals).
+TORCH_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.linalg", "torch.special", "numpy")
+FRAMEWORK_PACKAGES = ("accuracy", "goldens", "operators", "cases")
+# Replaced by torch itself on torch.compile's first call (dynamo wraps it; measured with every
+# registered backend: the only such attribute), and no golden draws from global RNG
+TORCH_REPLACES_ITSELF = {("torch", "manual_seed")}
+FRAMEWORK_KERNEL_MODULES = ("kernels.contract", "kernels.runner", "kernels.registry", "kernels.isolated",
+                            "kernels.sealed_state")
+
+
+def _namespaces() -> dict[str, object]:
+    spaces = {}
+    for name in TORCH_NAMESPACES:
+        if name == "torch.Tensor":
+            spaces[name] = torch.Tensor
+        elif name in sys.modules:
+            spaces[name] = sys.modules[name]
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name.split(".")[0] in FRAMEWORK_PACKAGES or name in FRAMEWORK_KERNEL_MODULES):
+            spaces[name] = module
+    return spaces
+
+
+def function_table() -> dict[tuple[str, str], object]:
+    """(namespace, attribute) -> the callable or module found there, for every attribute that reads
+    the same object twice (an attribute computed afresh on each read is no identity to check).
+    About 6000 attributes, 3 ms."""
+    table = {}
+    for space_name, space in _namespaces().items():
+        try:
+            names = list(vars(space)) if space_name not in ("torch", "torch.Tensor", "numpy") else dir(space)
+        except TypeError:
+            continue
+        for attr in names:
+            try:
+                first = getattr(space, attr)
+                if (callable(first) or isinstance(first, type(sys))) and getattr(space, attr) is first \
+                        and (space_name, attr) not in TORCH_REPLACES_ITSELF:
+                    table[(space_name, attr)] = first
+            except Exception:   # noqa: BLE001 - lazy attributes may raise; they are not checked
+                continue
+    return table
+
+
+def replaced_functions(table: dict[tuple[str, str], object]) -> list[tuple[str, str]]:
+    """Entries of ``table`` that now read another object (or none)."""
+    spaces = _namespaces()
+    out = []
+    for (space_name, attr), obj in table.items():
+        space = spaces.get(space_name)
+        try:
+            now = getattr(space, attr)
+        except Exception:   # noqa: BLE001 - deleted
+            now = None
+        if now is not obj:
+            out.append((space_name, attr))
+    return out
+
+
+def restore_functions(table: dict[tuple[str, str], object], replaced: list[tuple[str, str]]) -> None:
+    spaces = _namespaces()
+    for space_name, attr in replaced:
+        with contextlib.suppress(Exception):
+            setattr(spaces[space_name], attr, table[(space_name, attr)])
+
+
 @dataclass
 class Seal:
     """What the sealed call changed (restored afterwards) and what could only be worked around."""
@@ -212,13 +281,20 @@ class Seal:
 def sealed() -> Iterator[Seal]:
     """Run the body with the process state captured before and restored after; the yielded
     ``Seal`` is filled in when the body ends (normally or not)."""
+    table = function_table()      # first: its first call imports torch's lazy modules
     before = capture()
     seal = Seal([], [])
     try:
         yield seal
     finally:
+        replaced = replaced_functions(table)
+        restore_functions(table, replaced)
         after = capture()
         seal.changed = changes(before, after)
+        if replaced:
+            names = [f"{space}.{attr}" for space, attr in replaced]
+            seal.changed.insert(0, f"replaced {', '.join(names[:8])}{' ...' if len(names) > 8 else ''} "
+                                   f"(the goldens and the gate use the originals)")
         seal.notes = restore(before) if seal.changed else []
         # the restored threads count may have been lowered to keep the goldens clean
         if seal.notes:

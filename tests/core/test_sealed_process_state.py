@@ -54,3 +54,26 @@ def test_a_process_state_change_fails_its_cell_and_is_undone(name):
     assert run.error is not None and named in run.error, run.error
     assert not changes(before, after), changes(before, after)
     assert run_backend(Backend("torch-eager", torch_eager), INPUTS).error is None
+
+
+def _patch_matmul():
+    real = torch.matmul
+    torch.matmul = lambda a, b, **kw: real(a, b, **kw) * 1.05
+    torch.Tensor.__matmul__ = lambda a, b: real(a, b) * 1.05
+
+
+def _patch_gate():
+    import accuracy.gate
+    import cases.evaluate
+    accuracy.gate.gated_verdicts = cases.evaluate.gated_verdicts = lambda *a, **kw: {}
+
+
+@pytest.mark.parametrize("patch, named", [(_patch_matmul, "torch.matmul"), (_patch_gate, "accuracy.gate.gated_verdicts")])
+def test_a_replaced_function_fails_its_cell_and_the_original_is_back(patch, named):
+    import accuracy.gate
+    import cases.evaluate
+    originals = (torch.matmul, torch.Tensor.__matmul__, accuracy.gate.gated_verdicts, cases.evaluate.gated_verdicts)
+    run = run_backend(Backend("hostile:patch", _then(patch)), INPUTS)
+    assert run.error is not None and named in run.error, run.error
+    assert (torch.matmul, torch.Tensor.__matmul__, accuracy.gate.gated_verdicts,
+            cases.evaluate.gated_verdicts) == originals
