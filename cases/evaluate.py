@@ -219,6 +219,8 @@ def records_for(outcome: CaseOutcome, backend: str, judge_of=None, gate: str = "
     base = {"case": spec.id, "case_spec": spec.asdict(), "backend": backend,
             "schedule": outcome.schedules.get(backend)}
     run = outcome.runs.get(backend)
+    if run is not None and run.output:
+        base["backend_output"] = run.output       # what it printed during its call, capped
     if outcome.error or run is None or not (outcome.comparison and backend in outcome.comparison["backends"]):
         status = ("skipped" if run is not None and run.skipped else
                   run.status if run is not None and run.status else "error")

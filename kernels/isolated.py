@@ -20,7 +20,11 @@ and inputs on the CPU run isolated; anything else runs in-process, as before.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
 import signal
+import sys
+import tempfile
 import time
 import torch.multiprocessing as mp
 
@@ -33,10 +37,17 @@ START_SECONDS = 300          # spawning a child and importing torch + the backen
 
 
 def _child(name: str, conn) -> None:
-    """The child's loop: one request (case spec, device) at a time, until told to stop (None)."""
+    """The child's loop: one request (case spec, device) at a time, until told to stop (None).
+    The child leads a session of its own, so whatever the backend forks is killed with it."""
+    os.setsid()
     from cases.spec import make_inputs
     from kernels.runner import run_backend
-    backend = resolve(name)
+    try:
+        backend = resolve(name)
+    except BaseException as exc:   # noqa: BLE001 - the parent fails this backend's cells with the reason
+        from kernels.runner import describe
+        conn.send(("failed", str(exc) if isinstance(exc, BackendNotFound) else describe(exc)))
+        return
     conn.send("ready")
     while True:
         try:
@@ -48,11 +59,42 @@ def _child(name: str, conn) -> None:
         spec, device = request
         inputs = make_inputs(CaseSpec(*spec), device)
         conn.send(("started", time.monotonic()))
-        run = run_backend(backend, inputs, private_inputs=True)     # regenerated per case: no clones needed
+        with _fd_output() as printed:     # what C code prints too, kept with this cell only
+            run = run_backend(backend, inputs, private_inputs=True)     # regenerated per case: no clones needed
+        run.output = "\n".join(filter(None, (run.output, printed.text()))) or None
         del inputs
         if run.outputs is not None:
             run.outputs = {k: v.share_memory_() for k, v in run.outputs.items()}
         conn.send(("done", run))
+
+
+@contextlib.contextmanager
+def _fd_output():
+    """File descriptors 1 and 2 into a temporary file for the body; yields a ``TailBuffer`` that
+    holds the file's last characters afterwards."""
+    from kernels.runner import TEXT_CAP, TailBuffer
+    tail = TailBuffer()
+    with tempfile.TemporaryFile() as sink:
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            for fd in (1, 2):
+                os.dup2(sink.fileno(), fd)
+            yield tail
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+            size = sink.seek(0, os.SEEK_END)
+            sink.seek(max(0, size - TEXT_CAP))
+            tail.dropped = max(0, size - TEXT_CAP)
+            tail.write(sink.read().decode("utf-8", errors="replace"))
+
+
+class ChildStartError(RuntimeError):
+    """The backend's child process could not resolve it (its import failed there)."""
 
 
 class _Child:
@@ -65,13 +107,23 @@ class _Child:
         child_conn.close()
         if not self.conn.poll(START_SECONDS):
             self.kill()
-            raise RuntimeError(f"backend {name!r}: its child process did not start in {START_SECONDS} s")
-        self.conn.recv()
+            raise ChildStartError(f"backend {name!r}: its child process did not start in {START_SECONDS} s")
+        try:
+            message = self.conn.recv()
+        except (EOFError, OSError):
+            raise ChildStartError(f"backend {name!r}: its child process died while starting "
+                                  f"({self.death()})") from None
+        if message != "ready":
+            self.kill()
+            raise ChildStartError(f"backend {name!r} does not load in its own process: {message[1]}")
 
     def alive(self) -> bool:
         return self.proc.is_alive()
 
     def kill(self) -> None:
+        """The child and its whole session: processes the backend forked die with it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(10)
@@ -98,6 +150,7 @@ class _Child:
 
 
 _CHILDREN: dict[str, _Child] = {}
+_START_FAILED: dict[str, str] = {}     # backend -> why its child could not load it (not retried per case)
 
 
 def _stop_all() -> None:
@@ -136,9 +189,15 @@ def _wait(child: _Child, timeout: float | None) -> tuple | None:
 
 def run_isolated(backend: Backend, spec: CaseSpec, device: str, *, timeout: float | None) -> BackendRun:
     """``run_backend`` in the backend's child process; crashes and timeouts become the cell's record."""
+    if backend.name in _START_FAILED:
+        return BackendRun(backend.name, error=_START_FAILED[backend.name])
     child = _CHILDREN.get(backend.name)
     if child is None or not child.alive():
-        child = _CHILDREN[backend.name] = _Child(backend.name)
+        try:
+            child = _CHILDREN[backend.name] = _Child(backend.name)
+        except ChildStartError as exc:     # every cell of this backend fails with the child's reason
+            _START_FAILED[backend.name] = str(exc)
+            return BackendRun(backend.name, error=str(exc))
     start = time.perf_counter()
     try:
         child.conn.send(((*spec.sizes, spec.scale, spec.seed, spec.inputs_file), device))

@@ -37,10 +37,16 @@ def resolve(spec: str) -> Backend:
             f"(known: {', '.join(sorted(known))}) "
             f"and is not an import path of the form 'package.module:callable'")
     module_name, _, attr = path.partition(":")
+    if not module_name or not attr or module_name.startswith("."):
+        raise BackendNotFound(f"backend {spec!r}: expected 'package.module:callable' (an absolute module path, "
+                              f"a ':' and the callable's name)")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise BackendNotFound(f"backend {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:   # noqa: BLE001 - a user's module may raise anything while it imports
+        raise BackendNotFound(f"backend {spec!r}: cannot import module {module_name!r}: "
+                              f"{type(exc).__name__}: {str(exc)[:500]}") from exc
+    except SystemExit as exc:       # the module's own code calling sys.exit
+        raise BackendNotFound(f"backend {spec!r}: importing {module_name!r} called sys.exit({exc.code!r})") from exc
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
