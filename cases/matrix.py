@@ -6,6 +6,7 @@ from them here. Accuracy sizes only (benchmark sizes live in benchmarks/).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from cases.spec import SCALES, CaseSpec, inputs_case
@@ -15,6 +16,8 @@ M_EDGES = OPERATOR.m_edges
 SHAPES = OPERATOR.shapes   # the sizes of the dimensions after M (SwiGLU: (K, N) pairs)
 SEED_CASE = CaseSpec(*OPERATOR.article_case)
 LARGE_M = 100_000
+MAX_SIZE = 2**31 - 1          # a --case dimension or seed
+MAX_ELEMENTS = 2**34          # one input or output tensor: 32 GiB in BF16, beyond any machine here
 
 
 def quick_cases(seeds: int = 1) -> list[CaseSpec]:
@@ -70,7 +73,17 @@ def parse_case(text: str) -> CaseSpec:
         raise CaseSyntaxError(usage) from None
     if min(sizes) < 1 or seed < 0 or parts[ndim] not in SCALES:
         raise CaseSyntaxError(usage)
-    return CaseSpec(*sizes, parts[ndim], seed)
+    if max(sizes) > MAX_SIZE or seed > MAX_SIZE:
+        raise CaseSyntaxError(f"--case {text!r}: every size and the seed must be at most {MAX_SIZE} "
+                              f"(torch indexes a dimension with 64-bit integers, but a larger case cannot be held)")
+    spec = CaseSpec(*sizes, parts[ndim], seed)
+    sizes_by_name = dict(zip(OPERATOR.dims, sizes))
+    largest = max(math.prod(s) for s in (*OPERATOR.input_shapes(sizes_by_name).values(),
+                                          *OPERATOR.output_shapes(sizes_by_name).values()))
+    if largest > MAX_ELEMENTS:
+        raise CaseSyntaxError(f"--case {text!r}: a tensor of {largest:.3g} elements; at most {MAX_ELEMENTS:.3g} "
+                              f"({MAX_ELEMENTS * 2 / 2**30:.0f} GiB in BF16) per input or output")
+    return spec
 
 
 def planned_cases(profile: str, seeds: int = 1, extra: tuple[str, ...] = (),
@@ -82,4 +95,11 @@ def planned_cases(profile: str, seeds: int = 1, extra: tuple[str, ...] = (),
         spec = parse_case(text)
         cases += [replace(spec, seed=spec.seed + s) for s in range(seeds)]
     cases += [inputs_case(path) for path in inputs_files]
-    return list(dict.fromkeys(cases))
+    cases = list(dict.fromkeys(cases))
+    seen: dict[str, CaseSpec] = {}
+    for spec in cases:
+        if spec.id in seen:     # two --inputs files with the same bytes: one case, planned twice
+            raise CaseSyntaxError(f"case {spec.id} is planned twice ({seen[spec.id].inputs_file or 'the matrix'} and "
+                                  f"{spec.inputs_file or 'the matrix'}): give each case once")
+        seen[spec.id] = spec
+    return cases

@@ -9,6 +9,7 @@ goldens are computed once, in one pass shared by its backends.
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -80,21 +81,43 @@ def pytest_addoption(parser):
                          "(default: absolute)")
 
 
+# Upper bounds of the numeric options, each far above any real use and low enough that a typo
+# (an extra zero or ten) is refused instead of planning for hours or days:
+MAX_SEEDS = 10_000                # the false-alarm studies use 200; 10^4 seeds x the quick profile is days
+MAX_REPEATS = 1_000
+MAX_CELL_TIMEOUT = 7 * 24 * 3600.0    # a week
+MAX_CHUNK_ROWS = 1 << 20          # 2^20 rows of a [M, 11008] FP64 chunk is 92 GB
+MAX_SHARDS = 100_000
+MAX_CELLS = 1_000_000             # planned case x backend cells of one run
+
+
+def _check_range(option: str, value, low, high) -> None:
+    if value is None:
+        return
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+        raise pytest.UsageError(f"{option} must be a finite number in [{low:g}, {high:g}], got {value!r}")
+
+
 def pytest_configure(config):
     _select_operator(config)
-    if config.getoption("--seeds", default=1) < 1:
-        raise pytest.UsageError("--seeds must be >= 1")
-    if config.getoption("--repeats", default=1) < 1:
-        raise pytest.UsageError("--repeats must be >= 1")
-    if config.getoption("--cell-timeout", default=1800.0) <= 0:
-        raise pytest.UsageError("--cell-timeout must be > 0 seconds")
-    chunk_rows = config.getoption("--chunk-rows", default=None)
-    if chunk_rows is not None and chunk_rows < 1:
-        raise pytest.UsageError(f"--chunk-rows must be >= 1, got {chunk_rows}")
+    _check_range("--seeds", config.getoption("--seeds", default=1), 1, MAX_SEEDS)
+    _check_range("--repeats", config.getoption("--repeats", default=1), 1, MAX_REPEATS)
+    timeout = config.getoption("--cell-timeout", default=1800.0)
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise pytest.UsageError(f"--cell-timeout must be a finite number of seconds > 0, got {timeout!r}")
+    _check_range("--cell-timeout", timeout, 0, MAX_CELL_TIMEOUT)
+    _check_range("--chunk-rows", config.getoption("--chunk-rows", default=None), 1, MAX_CHUNK_ROWS)
     shards, shard_id = config.getoption("--num-shards", default=1), config.getoption("--shard-id", default=0)
-    if shards < 1 or not 0 <= shard_id < shards:
+    _check_range("--num-shards", shards, 1, MAX_SHARDS)
+    if not 0 <= shard_id < shards:
         raise pytest.UsageError(f"--shard-id must be in [0, --num-shards) and --num-shards >= 1, got "
                                 f"--shard-id {shard_id} --num-shards {shards}")
+    durations = config.getoption("--shard-durations", default=None)
+    if durations is not None and not Path(durations).exists():
+        raise pytest.UsageError(f"--shard-durations {durations}: no such results directory, run folder or file")
+    if config.getoption("--profile", default="quick") == "none" and not (
+            config.getoption("--case", default=None) or config.getoption("--inputs", default=None)):
+        raise pytest.UsageError("--profile none plans only the --case and --inputs cases, and none was given")
     if config.getoption("--gate", default="absolute") != "absolute" and benchmark_name(config) is None:
         raise pytest.UsageError(f"--gate {config.getoption('--gate')} needs a benchmark; --benchmark none turns it off")
     # every process that streams goldens (the controller without xdist, each xdist worker)
@@ -121,14 +144,16 @@ def pytest_configure(config):
 
 def _select_operator(config) -> None:
     """The operator first: every framework module reads it when imported (``operators``)."""
-    name = config.getoption("--operator", default=None)
-    if name is None:
-        return
     import operators
+    name = config.getoption("--operator", default=None)
     try:
-        operators.select(name)
+        if name is None:
+            operators.get()      # ``$ACCURACY_OPERATOR`` or the default: it must load too
+        else:
+            operators.select(name)
     except operators.OperatorNotFound as exc:
-        raise pytest.UsageError(str(exc)) from exc
+        source = "--operator" if name is not None else f"${operators.ENV_VAR}"
+        raise pytest.UsageError(f"{source}: {exc}") from exc
 
 
 def _check_device(device: str) -> None:
@@ -214,11 +239,16 @@ def _plan_cases(config) -> list:
     from cases.matrix import CaseSyntaxError, planned_cases as plan
     from cases.spec import InputsFileError
     try:
-        return plan(config.getoption("--profile"), config.getoption("--seeds"),
-                    tuple(config.getoption("--case", default=None) or ()),
-                    tuple(config.getoption("--inputs", default=None) or ()))
+        cases = plan(config.getoption("--profile"), config.getoption("--seeds"),
+                     tuple(config.getoption("--case", default=None) or ()),
+                     tuple(config.getoption("--inputs", default=None) or ()))
     except (CaseSyntaxError, InputsFileError) as exc:
         raise pytest.UsageError(str(exc)) from exc
+    cells = len(cases) * len(backend_names(config))
+    if cells > MAX_CELLS:
+        raise pytest.UsageError(f"the plan has {cells} cells ({len(cases)} cases x {len(backend_names(config))} "
+                                f"backends), more than {MAX_CELLS}: fewer --seeds or a smaller profile")
+    return cases
 
 
 def pytest_generate_tests(metafunc):
@@ -410,8 +440,14 @@ def pytest_sessionfinish(session, exitstatus):
         return   # workers write shards; the controller merges once
     planned = config.stash.get(PLANNED, [])
     folder = run_folder(config)
+    sharded = config.getoption("--num-shards", default=1) > 1
     if not planned and not (folder / "shards").exists():
-        return   # this session ran no cell of the matrix
+        if not sharded:
+            return   # this session ran no cell of the matrix
+        # a shard the hash gave no case: an empty run, so that merging every shard's run completes
+        (folder / "shards").mkdir(parents=True, exist_ok=True)
+        if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            session.exitstatus = pytest.ExitCode.OK
     from accuracy.results import merge, point_latest, prune_finished
     merged = merge(folder, manifest=run_manifest(config), planned=planned)
     point_latest(results_root(config), folder.name)

@@ -36,11 +36,17 @@ def get(name: str | None = None) -> Operator:
     name = name or selected()
     if name not in _loaded:
         path = OPERATORS.get(name, name)
+        if path.startswith(".") or "/" in path or "\\" in path:
+            raise OperatorNotFound(f"operator {name!r}: expected a registered name ({', '.join(sorted(OPERATORS))}) "
+                                   f"or an absolute module path such as tests.operators.toy, not a file path")
         try:
             module = importlib.import_module(path)
         except ImportError as exc:
             raise OperatorNotFound(f"operator {name!r} is not registered (known: {', '.join(sorted(OPERATORS))}) "
                                    f"and does not import as a module: {exc}") from exc
+        except Exception as exc:   # noqa: BLE001 - the operator's own module raised while importing
+            raise OperatorNotFound(f"operator {name!r}: importing {path!r} raised {type(exc).__name__}: "
+                                   f"{str(exc)[:500]}") from exc
         operator = getattr(module, "OPERATOR", None)
         if not isinstance(operator, Operator):
             raise OperatorNotFound(f"operator {name!r}: module {path!r} has no OPERATOR "
