@@ -1,6 +1,6 @@
 """``python -m accuracy merge RUN... -o MERGED``: merge runs of a sharded matrix (``accuracy.merge``).
 ``python -m accuracy diff BEFORE AFTER``: two runs record by record (``accuracy.record_diff``); exit 1
-when any result differs."""
+when any result differs. Exit 2: an input or output the tool refuses, said in one line."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,7 @@ def main(argv=None) -> int:
                            "stay exact); the largest difference per field is printed")
     args = parser.parse_args(argv)
     from accuracy.merge import MergeError, merge_runs
+    from accuracy.output_paths import OutputPathError, output_folder
     from accuracy.results import ResultsNotFound, load_records
     if args.command == "diff":
         from accuracy.record_diff import describe, diff_records
@@ -34,10 +35,11 @@ def main(argv=None) -> int:
         print(describe(d))
         return 0 if d.same else 1
     try:
+        output_folder(args.out)
         payload = merge_runs(args.runs, args.out)
-    except (MergeError, ResultsNotFound) as exc:
+    except (MergeError, ResultsNotFound, OutputPathError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     hosts = sorted({str(h["host"]) for h in payload["manifest"]["hosts"]})
     print(f"{args.out}/results.json: {len(payload['records'])} records, {len(payload['planned'])} planned cells "
           f"from {len(args.runs)} runs on {len(hosts)} host(s): {', '.join(hosts)}")

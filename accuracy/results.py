@@ -190,9 +190,10 @@ def resolve_results(path: str | os.PathLike) -> Path:
         raise ResultsNotFound(f"results directory {p} does not exist")
     if p.is_file():
         return p
-    if (p / "results.json").is_file():
-        return p / "results.json"
     latest = _latest_id(p)
+    if (p / "results.json").is_file() and latest is None:    # a run folder (or the older flat layout)
+        return p / "results.json"
+    # a results directory: its latest run, even beside a stray results.json (the newest run wins)
     if latest is not None:
         target = run_dir(p, latest) / "results.json"
         if target.is_file():
@@ -206,8 +207,8 @@ def load_results(path: str | os.PathLike) -> dict:
     target = resolve_results(path)
     try:
         data = json.loads(target.read_text())
-    except ValueError as exc:
-        raise ResultsNotFound(f"{target}: not valid JSON ({exc})") from exc
+    except (ValueError, OSError) as exc:      # UnicodeDecodeError is a ValueError: binary garbage
+        raise ResultsNotFound(f"{target}: not valid JSON ({str(exc)[:200]})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
         raise ResultsNotFound(f"{target}: not a results file (no 'records' list)")
     return {**data, "source": str(target)}

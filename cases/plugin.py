@@ -95,7 +95,7 @@ def _check_range(option: str, value, low, high) -> None:
     if value is None:
         return
     if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
-        raise pytest.UsageError(f"{option} must be a finite number in [{low:g}, {high:g}], got {value!r}")
+        raise pytest.UsageError(f"{option} must be >= {low:g} and at most {high:g} (finite), got {value!r}")
 
 
 def pytest_configure(config):
@@ -140,6 +140,28 @@ def pytest_configure(config):
         if baseline and Path(baseline).resolve() == config.stash[RESULTS_ROOT]:
             raise pytest.UsageError(f"--baseline {baseline} is this run's own --results-dir: a run compared "
                                     f"with itself shows no change; give a previous run's results directory")
+        _check_report_paths(config)
+
+
+def _check_report_paths(config) -> None:
+    """--report-dir and --baseline before any case runs: a report that cannot be written or a
+    baseline that cannot be read would otherwise be found out only at the end of the run."""
+    from accuracy.output_paths import OutputPathError, output_folder
+    from accuracy.results import ResultsNotFound, load_results
+    report_dir = config.getoption("--report-dir")
+    if report_dir:
+        try:
+            output_folder(report_dir, "--report-dir")
+        except OutputPathError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+    baseline = config.getoption("--baseline")
+    if baseline:
+        if not report_dir:
+            raise pytest.UsageError("--baseline needs --report-dir: the diff is a section of the report")
+        try:
+            load_results(baseline)
+        except ResultsNotFound as exc:
+            raise pytest.UsageError(f"--baseline {baseline}: {exc}") from exc
 
 
 def _select_operator(config) -> None:

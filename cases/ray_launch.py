@@ -214,6 +214,12 @@ def main(argv=None) -> int:
         parser.error(str(exc))
     if args.shards < 1:
         parser.error("--shards must be >= 1")
+    from accuracy.output_paths import OutputPathError, output_folder
+    try:
+        output_folder(args.out, "--out")
+    except OutputPathError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         import ray  # noqa: F401
     except ImportError:

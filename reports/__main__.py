@@ -17,14 +17,16 @@ def csv_main(argv) -> int:
     parser.add_argument("results", help="a results directory, a run folder or a results JSON file")
     parser.add_argument("-o", "--out", required=True, help="the CSV file to write")
     args = parser.parse_args(argv)
+    from accuracy.output_paths import OutputPathError, output_file
     from accuracy.results import load_records
     from reports.msprobe_csv import write
     try:
         records = load_records(args.results)
-    except FileNotFoundError as exc:
+        output_file(args.out)
+        n = write(records, args.out)
+    except (FileNotFoundError, OutputPathError, OSError) as exc:    # ResultsNotFound is a FileNotFoundError
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    n = write(records, args.out)
     if n == 0:
         print(f"error: {args.results} has no dual-benchmark verdicts (a run with --benchmark none, or one made "
               f"before the dual verdict existed)", file=sys.stderr)
@@ -66,6 +68,12 @@ def drift_main(argv) -> int:
     if len(shape) != len(S.STUDY_SHAPE) or min(args.ms) < 1 or args.seeds < 1 or min(shape) < 1:
         print(f"error: M and seeds must be >= 1, and --shape {len(S.STUDY_SHAPE)} sizes >= 1 "
               f"(e.g. --shape {','.join(map(str, S.STUDY_SHAPE))})", file=sys.stderr)
+        return 2
+    from accuracy.output_paths import OutputPathError, output_folder
+    try:
+        output_folder(args.out)
+    except OutputPathError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     config = S.StudyConfig(ms=tuple(sorted(set(args.ms))), seeds=args.seeds, first_seed=args.first_seed,
                            profiles=tuple(args.profiles), shape=shape, processes=args.processes)
@@ -109,18 +117,33 @@ def main(argv=None) -> int:
                              "when it holds one")
     args = parser.parse_args(argv)
     import operators
-    from accuracy.results import resolve_results
+    from accuracy.output_paths import OutputPathError, output_folder
+    from accuracy.results import ResultsNotFound, load_results, resolve_results
     from reports.page import render
     start = time.perf_counter()
+    baseline, baseline_error = args.baseline, None
+    if baseline is not None:
+        try:
+            load_results(baseline)
+        except ResultsNotFound as exc:       # the report is still written, without the diff
+            baseline, baseline_error = None, f"error: --baseline {args.baseline}: {exc}; the report has no diff"
     try:
         source = resolve_results(args.results)
+        output_folder(args.out)
         print(f"rendering {source}")
-        path = render(args.results, args.out, args.baseline, heatmap=not args.no_heatmap,
+        path = render(args.results, args.out, baseline, heatmap=not args.no_heatmap,
                       drift_study=args.drift_study)
-    except (FileNotFoundError, operators.OperatorNotFound) as exc:   # ResultsNotFound too: a missing,
-        print(f"error: {exc}", file=sys.stderr)                      # empty or corrupt results file
+    except (FileNotFoundError, operators.OperatorNotFound, OutputPathError) as exc:   # ResultsNotFound too
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:   # records of another shape
+        print(f"error: {args.results}: cannot be read as results ({type(exc).__name__}: {str(exc)[:200]})",
+              file=sys.stderr)
         return 2
     print(f"report: {path} ({time.perf_counter() - start:.1f} s)")
+    if baseline_error:
+        print(baseline_error, file=sys.stderr)
+        return 2
     return 0
 
 

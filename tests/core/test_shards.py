@@ -138,7 +138,7 @@ def test_sharded_runs_merge_to_the_unsharded_run(tmp_path):
         return sorted((r["case"], r["backend"], r["output"], r["golden"], r.get("status")) for r in records)
     assert verdicts(merged["records"]) == verdicts(single["records"]) and len(merged["records"]) > 20
     assert sorted(map(tuple, merged["planned"])) == sorted(map(tuple, single["planned"]))
-    assert main(["merge", str(shards[0]), "-o", str(tmp_path / "half")]) == 1       # shard 1 absent
+    assert main(["merge", str(shards[0]), "-o", str(tmp_path / "half")]) == 2       # shard 1 absent: refused
     from reports.page import render           # rendered like a local run, with where each cell ran
     html = render(tmp_path / "merged", tmp_path / "report", heatmap=False).read_text()
     host = merged["records"][0]["host"]
