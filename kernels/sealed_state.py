@@ -263,6 +263,21 @@ def restore_functions(table: dict[tuple[str, str], object], replaced: list[tuple
             setattr(spaces[space_name], attr, table[(space_name, attr)])
 
 
+def _mode_depths() -> tuple[int, int]:
+    return torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
+
+
+def _pop_modes(depths: tuple[int, int]) -> list[str]:
+    """Pop the modes a backend left pushed above ``depths`` (a TorchFunctionMode left active would
+    see, and could change, every torch call the goldens make); names them."""
+    left = []
+    while torch._C._len_torch_function_stack() > depths[0]:
+        left.append(f"TorchFunctionMode {type(torch._C._pop_torch_function_stack()).__name__}")
+    while torch._C._len_torch_dispatch_stack() > depths[1]:
+        left.append(f"TorchDispatchMode {type(torch._C._pop_torch_dispatch_stack()).__name__}")
+    return left
+
+
 @dataclass
 class Seal:
     """What the sealed call changed (restored afterwards) and what could only be worked around."""
@@ -282,6 +297,7 @@ def sealed() -> Iterator[Seal]:
     """Run the body with the process state captured before and restored after; the yielded
     ``Seal`` is filled in when the body ends (normally or not)."""
     table = function_table()      # first: its first call imports torch's lazy modules
+    depths = _mode_depths()
     before = capture()
     seal = Seal([], [])
     try:
@@ -289,8 +305,11 @@ def sealed() -> Iterator[Seal]:
     finally:
         replaced = replaced_functions(table)
         restore_functions(table, replaced)
+        modes = _pop_modes(depths)
         after = capture()
         seal.changed = changes(before, after)
+        if modes:
+            seal.changed.insert(0, f"left {', '.join(modes)} pushed (popped: the goldens run without it)")
         if replaced:
             names = [f"{space}.{attr}" for space, attr in replaced]
             seal.changed.insert(0, f"replaced {', '.join(names[:8])}{' ...' if len(names) > 8 else ''} "

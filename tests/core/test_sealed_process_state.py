@@ -77,3 +77,20 @@ def test_a_replaced_function_fails_its_cell_and_the_original_is_back(patch, name
     assert run.error is not None and named in run.error, run.error
     assert (torch.matmul, torch.Tensor.__matmul__, accuracy.gate.gated_verdicts,
             cases.evaluate.gated_verdicts) == originals
+
+
+def _push_mode():
+    from torch.overrides import TorchFunctionMode
+
+    class Scales(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return out * 1.05 if func is torch.matmul else out
+    Scales().__enter__()
+
+
+def test_a_mode_left_pushed_fails_its_cell_and_is_popped():
+    depth = torch._C._len_torch_function_stack()
+    run = run_backend(Backend("hostile:mode", _then(_push_mode)), INPUTS)
+    assert run.error is not None and "TorchFunctionMode Scales" in run.error, run.error
+    assert torch._C._len_torch_function_stack() == depth
