@@ -305,16 +305,16 @@ def sealed() -> Iterator[Seal]:
     finally:
         replaced = replaced_functions(table)
         restore_functions(table, replaced)
-        modes = _pop_modes(depths)
         after = capture()
         seal.changed = changes(before, after)
+        seal.notes = restore(before) if seal.changed else []    # set_default_device's own mode goes here
+        modes = _pop_modes(depths)
         if modes:
             seal.changed.insert(0, f"left {', '.join(modes)} pushed (popped: the goldens run without it)")
         if replaced:
             names = [f"{space}.{attr}" for space, attr in replaced]
             seal.changed.insert(0, f"replaced {', '.join(names[:8])}{' ...' if len(names) > 8 else ''} "
                                    f"(the goldens and the gate use the originals)")
-        seal.notes = restore(before) if seal.changed else []
         # the restored threads count may have been lowered to keep the goldens clean
         if seal.notes:
             seal.changed.append("worker threads flush subnormals")
