@@ -12,8 +12,9 @@ The tool prints the diff and
 * refuses to widen (a larger number, an output that was not bounded) unless told
   ``--allow-widen``, so a regression is never approved silently; refused changes
   are printed and the exit status is 1, and nothing is written;
-* leaves alone entries whose condition does not hold on that run, or that match no
-  record of it (the run did not cover them), and says so.
+* leaves alone entries whose condition does not hold on that run, that match no record of
+  it (the run did not cover them), or that fewer than ``MIN_DRAWS`` of its cases back, and
+  says so; each rewritten entry says how many cases back it.
 
 Only the ``bound.<output> = {...}`` lines of an entry are rewritten; comments and
 reasons stay as written.
@@ -31,6 +32,13 @@ from pathlib import Path
 from cases.expectations import QUANTITIES, Bound, Expectation, measured_size, parse
 
 BOUND_LINE = re.compile(r"^bound\.[A-Za-z0-9_]+\s*=")
+# Cases (each with its seed) a bound must rest on before the tool rewrites it. A bound is the
+# largest failure of n draws; whatever their distribution, a new draw exceeds the largest of n
+# exchangeable ones with probability 1 / (n + 1): 50% from one case, 17% from 5. The written
+# margins (3 Poisson sigmas on counts, 2x on size) cover the spread measured between seeds
+# (1.2x in err_rms) only when the bound rests on more than one draw; 5 keeps the chance a margin
+# must absorb at 1 in 6, and the quick profile with --seeds 2 reaches it for every entry.
+MIN_DRAWS = 5
 ENTRY_HEADER = "[[expected]]"
 
 
@@ -39,6 +47,7 @@ class EntryUpdate:
     entry: Expectation
     new: dict[str, Bound] = field(default_factory=dict)
     skipped: str | None = None          # why the run says nothing about this entry
+    draws: int = 0                      # the cases (with their seeds) of the run that back it
 
     @property
     def changes(self) -> list[tuple[str, Bound | None, Bound | None]]:
@@ -80,6 +89,12 @@ def plan(entries: list[Expectation], records: list[dict], manifest: dict | None)
         matched = [r for r in gated if e.matches(r["backend"], r["case"], r["output"], r["golden"], device)]
         if not matched:
             up.skipped = "no record of this run matches it"
+            up.new = dict(e.bounds)
+            continue
+        up.draws = len({r["case"] for r in matched})
+        if up.draws < MIN_DRAWS:
+            up.skipped = (f"only {up.draws} case(s) of this run match it; a bound is rewritten from at least "
+                          f"{MIN_DRAWS} (MIN_DRAWS: more cases or --seeds)")
             up.new = dict(e.bounds)
             continue
         by_output: dict[str, list[Bound]] = {}
@@ -172,6 +187,7 @@ def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
                 new_bounds.append(dict(e.bounds))
                 continue
             widened = up.widened()
+            print(f"  {head}: backed by {up.draws} case(s) of this run")
             for o, old, new in up.changes:
                 mark = "WIDEN" if o in widened else "narrow"
                 print(f"  {head} {o}: {_fmt(old)}  ->  {_fmt(new)}   [{mark}]")

@@ -47,7 +47,9 @@ def _record(case, output, mismatches, numel=1000, err=0.1, rms=1.0):
                         "max_abs_err": err, "golden_rms": rms}}
 
 
-def _results(tmp_path, records, facts=None):
+def _results(tmp_path, records, facts=None, draws=U.MIN_DRAWS):
+    """Each record as ``draws`` seeds of its case: a bound is rewritten from MIN_DRAWS cases at least."""
+    records = [{**r, "case": f"{r['case']}-s{i}"} for r in records for i in range(draws)]
     path = tmp_path / "run" / "results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     manifest = {"device": "cpu", "facts": facts or {"bf16_gemm_keeps_subnormals": True,
@@ -56,11 +58,21 @@ def _results(tmp_path, records, facts=None):
     return path.parent
 
 
-def _setup(tmp_path, records, facts=None):
+def _setup(tmp_path, records, facts=None, draws=U.MIN_DRAWS):
     d = tmp_path / "exp"
     d.mkdir()
     (d / "a.toml").write_text(TOML)
-    return d, _results(tmp_path, records, facts)
+    return d, _results(tmp_path, records, facts, draws)
+
+
+def test_a_bound_backed_by_too_few_cases_is_left_alone(tmp_path, capsys):
+    """One tiny case proposed narrowing a bound from 4.41 to 2.48: a bound rests on MIN_DRAWS cases."""
+    d, run = _setup(tmp_path, [_record("M8-x", "dw_g", 50, err=0.2), _record("M7-x", "db_g", 0)],
+                    draws=U.MIN_DRAWS - 1)
+    assert U.main([str(run), "--dry-run"], directory=d) == 0
+    out = capsys.readouterr().out
+    assert f"only {U.MIN_DRAWS - 1} case(s) of this run match it" in out and "[narrow]" not in out
+    assert "entry deleted" not in out
 
 
 def test_narrowing_is_written_and_a_passing_entry_deleted(tmp_path, capsys):
