@@ -188,6 +188,18 @@ def _drift_study(out: Path, source, img) -> dict | None:
 
 # --------------------------------------------------------------------------- render
 
+def _expectations_dir() -> str | None:
+    """Where the known failures of the selected operator live, relative to the project."""
+    import operators
+    folder = operators.get().expectations
+    if folder is None:
+        return None
+    try:
+        return str(Path(folder).resolve().relative_to(Path(__file__).resolve().parents[1])) + "/"
+    except ValueError:      # an operator package outside the project
+        return str(folder) + "/"
+
+
 def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline: str | os.PathLike | None = None,
            *, heatmap: bool = True, title: str | None = None, processes: int | None = None,
            drift_study: str | os.PathLike | None = None) -> Path:
@@ -307,7 +319,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
         td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.SEED_RTOL,
         seed_atol=D.SEED_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
         sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform, run_info=run_info,
-        dual=dual, dual_limits=RATIO_LIMITS, study=study)
+        dual=dual, dual_limits=RATIO_LIMITS, study=study, expectations_dir=_expectations_dir())
     timings["html"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     timings["total CPU"] = time.process_time() - cpu_start
