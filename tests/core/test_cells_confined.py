@@ -105,3 +105,11 @@ def test_processes_a_backend_forks_die_with_its_child(plugin_dir, tmp_path, monk
             break
     else:
         pytest.fail(f"forked process {pid} outlived the backend's child")
+
+
+def test_live_children_are_capped_least_recently_used_first(plugin_dir, monkeypatch):
+    monkeypatch.setattr(isolated, "MAX_LIVE_CHILDREN", 2)
+    names = ["torch-eager", "loads_anywhere:kernel", "kernels.plain:plain"]
+    outcome = evaluate_case(SPEC, [resolve(n) for n in names], isolate=True, benchmark=None)
+    assert all(outcome.runs[n].error is None for n in names)
+    assert list(isolated._CHILDREN) == names[1:]
