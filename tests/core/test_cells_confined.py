@@ -39,6 +39,11 @@ MODULE = textwrap.dedent("""
     def interrupts(**inputs):
         raise KeyboardInterrupt
 
+    def ctrl_c(**inputs):
+        import signal
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+
     def forks(**inputs):
         pid = os.fork()
         if pid == 0:
@@ -86,6 +91,11 @@ def test_a_megabyte_exception_message_is_capped(plugin_dir):
 def test_a_keyboard_interrupt_of_the_backend_fails_its_cell_only(plugin_dir):
     run = run_backend(resolve("loads_anywhere:interrupts"), make_inputs(SPEC))
     assert run.error and "KeyboardInterrupt itself" in run.error
+
+
+def test_a_real_ctrl_c_during_a_backend_still_stops_the_run(plugin_dir):
+    with pytest.raises(KeyboardInterrupt):
+        run_backend(resolve("loads_anywhere:ctrl_c"), make_inputs(SPEC))
 
 
 def test_processes_a_backend_forks_die_with_its_child(plugin_dir, tmp_path, monkeypatch):
