@@ -738,6 +738,8 @@ class ErrorStats:
             "sign_bias": (self.n_pos - self.n_neg) / signed if signed else 0.0,
             "mean_err_over_mean_abs_err": self.sum_err / self.sum_abs_err if self.sum_abs_err else 0.0,
             "cosine": self.dot / norm if norm > 0 else (1.0 if self.sq_a == self.sq_b_pairs == 0 else 0.0),
+            "rms_ratio": (math.sqrt(self.sq_a / self.sq_b_pairs) if self.sq_b_pairs > 0
+                          else (1.0 if self.sq_a == 0 else math.inf)),
             "small_value_share": self.n_zero_passes / self.n if self.n else 0.0,
             "zero_passes_seed_gate": self.n > 0 and self.n_zero_passes == self.n,
             "allowance_max_ratio": self.max_noise_ratio if self.allowance_seen else None,

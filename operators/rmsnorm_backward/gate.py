@@ -42,6 +42,7 @@ LEGITIMATE_CHOICES = (
 ELEMENTWISE_OPS = 12
 OWN_SOURCE: dict = {}          # no output is recomputed from another: dx and dw both come from the inputs
 UPSTREAM = ""
+OWN_READS: dict = {}
 
 
 def dx(rows, n: int, elements: int) -> Allowance:

@@ -53,6 +53,9 @@ OWN_SOURCE = {"db_g": "sum of its own dg over M", "db_fc": "sum of its own dfc o
               "dw_g": "x^T times its own stored dg", "dw_fc": "x^T times its own stored dfc",
               "dx": "its own dg w_g^T + dfc w_fc^T"}
 UPSTREAM = "dg/dfc"
+# The upstream outputs each recompute reads: where one of them fails against the reference, the
+# recompute carries its error, and a disagreement with it is no sign of a downstream error
+OWN_READS = {"db_g": ("dg",), "db_fc": ("dfc",), "dw_g": ("dg",), "dw_fc": ("dfc",), "dx": ("dg", "dfc")}
 
 
 def elementwise(reference: torch.Tensor) -> Allowance:
