@@ -36,7 +36,9 @@ KILLS = {
     "out_not_zeroed": (M2_UNIT, DB | DW, {}),
     "dx_swapped_weights": (M2_UNIT, {"dx"}, {}),
     "silu_grad_missing_factor": (M2_UNIT, {"dg", "db_g", "dw_g", "dx"}, {}),   # dfc does not use silu'
-    "fp16_store": (M2048_TINY, ALL, {}),          # FP16 flushes the tiny profile's dg/dfc (~1e-38) to zero
+    # FP16 flushes the tiny profile's dg/dfc (~1e-38) to zero; db sums the unrounded FP32 values and is
+    # right (only the w and x kernels read the store), so it passes once dg's error is not blamed on it
+    "fp16_store": (M2048_TINY, ALL - DB, {}),
     "dw_x_not_transposed": (M2_UNIT, DW, {}),
     "subnormals_flushed": (M2048_TINY, ALL, {}),
     "sigmoid_exp_ratio": (M1_SATURATING, ALL, {}),
