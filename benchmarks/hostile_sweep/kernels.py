@@ -382,5 +382,6 @@ def attack_manual_seed(**inp):
 
 
 ATTACKS = tuple(n for n in list(globals()) if n.startswith("attack_"))
-# Attacks whose outputs are right at return (they test that nothing else breaks, not a verdict).
-RIGHT_AT_RETURN = ("attack_zero_later", "attack_alarm")
+# Attacks whose outputs are right at return (they test that nothing else breaks, not a verdict):
+# zeroed after return, an alarm set, a graph attached (the values are right), an extra output key.
+RIGHT_AT_RETURN = ("attack_zero_later", "attack_alarm", "attack_requires_grad", "attack_returns_extra_output")
