@@ -32,6 +32,10 @@ from accuracy.platform_facts import fp32_keeps_subnormals
 # FP32 matmuls on the CPU use BF16 dot products (measured: 2x the error of IEEE at 256 x 256), and
 # once it is set, the legacy ``get_float32_matmul_precision`` raises instead of answering.
 FP32_PRECISION_PATHS = ("", "mkldnn", "mkldnn.matmul", "mkldnn.conv", "cuda.matmul", "cudnn")
+# Read by the framework after start-up (other variables are read once, at import, or are torch's
+# own: TORCHINDUCTOR_CACHE_DIR is set by torch.compile's first call, so the environment as a whole
+# is not sealed)
+FRAMEWORK_ENVIRON = ("ACCURACY_OPERATOR",)
 # Signals whose handler a backend could replace to reach the framework's process later
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGUSR1",
                                               "SIGUSR2", "SIGHUP") if hasattr(signal, n))
@@ -97,6 +101,9 @@ class GlobalState:
     pending_alarm: float = 0.0         # seconds left on an ITIMER_REAL a backend set (signal.alarm)
     stdout: object = None              # sys.stdout / sys.stderr objects: a backend replacing them hides
     stderr: object = None              # every later message of the run
+    framework_environ: tuple = ()      # the environment variables the framework reads while it runs
+                                       # ($ACCURACY_OPERATOR: a backend setting it made every later
+                                       # cell of the process resolve another operator)
 
 
 def capture() -> GlobalState:
@@ -122,6 +129,7 @@ def capture() -> GlobalState:
         pending_alarm=_pending_alarm(),
         stdout=sys.stdout,
         stderr=sys.stderr,
+        framework_environ=tuple((k, os.environ.get(k)) for k in FRAMEWORK_ENVIRON),
     )
 
 
@@ -140,6 +148,12 @@ def restore(state: GlobalState) -> list[str]:
         if _pending_alarm() and not state.pending_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
     sys.stdout, sys.stderr = state.stdout, state.stderr
+    for key, value in state.framework_environ:
+        if os.environ.get(key) != value:
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     torch.set_grad_enabled(state.grad_enabled)
     torch.set_default_dtype(state.default_dtype)
     torch.use_deterministic_algorithms(state.deterministic_algorithms, warn_only=state.deterministic_warn_only)

@@ -94,3 +94,14 @@ def test_a_mode_left_pushed_fails_its_cell_and_is_popped():
     run = run_backend(Backend("hostile:mode", _then(_push_mode)), INPUTS)
     assert run.error is not None and "TorchFunctionMode Scales" in run.error, run.error
     assert torch._C._len_torch_function_stack() == depth
+
+
+def test_the_operator_variable_is_sealed():
+    """A backend setting $ACCURACY_OPERATOR made every later cell of its process resolve another
+    operator (found by benchmarks/hostile_sweep: torch-eager after it errored)."""
+    import os
+    before = os.environ.get("ACCURACY_OPERATOR")
+    run = run_backend(Backend("hostile:env", _then(lambda: os.environ.__setitem__("ACCURACY_OPERATOR",
+                                                                                   "rmsnorm_backward"))), INPUTS)
+    assert run.error is not None and "framework_environ" in run.error, run.error
+    assert os.environ.get("ACCURACY_OPERATOR") == before
