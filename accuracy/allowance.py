@@ -105,7 +105,11 @@ class Allowance:
     SwiGLU's dx). ``direction``: whether the rounding-direction test applies (every output of
     SwiGLU and RMSNorm); ``toward_zero``: whether its share toward zero is tested besides the
     share upward, not where an output sums terms whose own roundings can all lean toward zero
-    relative to a cancelling sum (SwiGLU's dx and dw; see ``DIRECTION_BIAS``)."""
+    relative to a cancelling sum (SwiGLU's dx and dw; see ``DIRECTION_BIAS``).
+    For the localized tests (``accuracy.localized``): ``shared_rows``, ``shared_total`` per row of
+    the block (so row windows get their own part); ``element_var``, the marginal variance of a
+    correct kernel's error beyond its store per element, shared parts included (default
+    ``noise_var``), which the excess-variance test compares the errors' squares with."""
     vs_reference: torch.Tensor
     vs_own: torch.Tensor | None
     noise_var: torch.Tensor
@@ -114,6 +118,8 @@ class Allowance:
     shared_total: float = 0.0
     direction: bool = True
     toward_zero: bool = True
+    shared_rows: torch.Tensor | None = None
+    element_var: torch.Tensor | None = None
 
 
 def term_roundings(var: torch.Tensor, worst: torch.Tensor, roundings: int, sigmas: float) -> torch.Tensor:
@@ -138,7 +144,8 @@ def reduction(terms, output: str, length: int, rows: slice = slice(None)) -> All
     if operators.get().output(output).kind == "sum_over_m":    # each element sums its own column of terms: independent
         return Allowance(ref_allow, own_allow, var + order_sigma ** 2)
     return Allowance(ref_allow, own_allow, order_sigma ** 2,
-                     shared_var=terms.shared[output].reshape(-1), shared_axis=1, toward_zero=False)
+                     shared_var=terms.shared[output].reshape(-1), shared_axis=1, toward_zero=False,
+                     element_var=var + order_sigma ** 2)
 
 
 def tile_chain(terms, output: str, base: torch.Tensor, tiles: int, tile_rows: int,

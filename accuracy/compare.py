@@ -105,7 +105,8 @@ def _update_gated(st: ErrorStats, actual: torch.Tensor, exact: torch.Tensor, ref
     model's allowance, and the aggregate tests' sums against ``exact``."""
     st.update(actual, reference, row_offset=row_offset, allowance=model.vs_reference,
               exact=exact, noise_var=model.noise_var, shared_var=model.shared_var, shared_axis=model.shared_axis,
-              shared_total=model.shared_total, direction=model.direction, toward_zero=model.toward_zero)
+              shared_total=model.shared_total, direction=model.direction, toward_zero=model.toward_zero,
+              shared_rows=model.shared_rows, element_var=model.element_var)
 
 
 class _OwnSums:

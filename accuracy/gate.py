@@ -33,6 +33,8 @@ class Verdict:
     scale_passed: bool | None = None        # fitted scale beta within the model's noise
     direction_passed: bool | None = None    # errors as often toward zero as away, and as often up as down
     own_passed: bool | None = None          # downstream outputs consistent with its own upstream ones
+    localized_passed: bool | None = None    # the fitted scale of every row and column window (``accuracy.localized``)
+    variance_passed: bool | None = None     # the errors' mean square within a correct kernel's variance
 
 
 def _idx(index) -> str:
@@ -67,6 +69,41 @@ def aggregate_checks(metrics: Mapping) -> tuple[bool | None, bool | None]:
     counts = _direction_counts(agg)
     direction = all(abs(c[1]) <= agg["direction_allowed"] for c in counts) if counts else None
     return abs(agg["scale_beta"]) <= agg["scale_allowed"], direction
+
+
+def localized_checks(metrics: Mapping) -> tuple[bool | None, bool | None]:
+    """(windows, variance) of the localized tests, or None where they were not made."""
+    local = (metrics.get("aggregate") or {}).get("localized")
+    if not local:
+        return None, None
+    windows = [w for w in (local.get("rows"), local.get("columns")) if w]
+    variance = local.get("variance")
+    return (all(w["passed"] for w in windows) if windows else None,
+            None if variance is None else variance["passed"])
+
+
+def _span(axis: str, start: int, stop: int) -> str:
+    return f"{axis} {start}" if stop - start == 1 else f"{axis} {start}..{stop - 1}"
+
+
+def _localized_lines(local: Mapping, windows_ok: bool | None, variance_ok: bool | None, output: str) -> list[str]:
+    lines = []
+    if windows_ok is False:
+        for w in (local.get("rows"), local.get("columns")):
+            if not w or w["passed"]:
+                continue
+            worst = w["worst"]
+            lines.append(f"Localized error: {output} {_span(w['axis'], worst['start'], worst['stop'])}: fitted scale "
+                         f"{100 * worst['beta']:+.3g}% (allowed +-{worst['allowed']:.3g}: {w['sigmas']:.3g} sigma of a "
+                         f"correct kernel's noise over {w['windows']} scanned {w['axis']} windows plus its rounding "
+                         f"bias; {worst['ratio']:.3g}x the allowance; {w['failing_windows']} windows fail): "
+                         f"a part of the output (a tile, a few {w['axis']}) is wrong")
+    if variance_ok is False:
+        v = local["variance"]
+        lines.append(f"Excess variance: the errors' mean square is {v['ratio']:.3g}x a correct kernel's model "
+                     f"variance (own store plus legitimate noise; allowed up to {v['allowed']:.3g}x): errors beyond "
+                     f"rounding noise of either sign, such as random-sign noise or an input staged at a lower precision")
+    return lines
 
 
 # A kernel whose values have the reference's size (rms within a factor 2) but point elsewhere (cosine
@@ -129,8 +166,10 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
     mism = metrics["mismatches"]
     elementwise_ok = mism == 0
     scale_ok, direction_ok = aggregate_checks(metrics)
+    windows_ok, variance_ok = localized_checks(metrics)
     own_ok = None if own is None else own["mismatches"] == 0
-    passed = elementwise_ok and scale_ok is not False and direction_ok is not False and own_ok is not False
+    passed = (elementwise_ok and scale_ok is not False and direction_ok is not False and own_ok is not False
+              and windows_ok is not False and variance_ok is not False)
     n = metrics["numel"]
     atol, eff, rtol = metrics["atol"], metrics["atol_effective"], metrics["rtol"]
     tol_text = f"rtol {rtol:.6g}, atol {atol:.6g}"
@@ -150,6 +189,8 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
                             if metrics.get("allowance") else ""))
         if scale_ok is False or direction_ok is False:
             lines += _aggregate_lines(metrics["aggregate"], scale_ok, direction_ok, metrics)
+        if windows_ok is False or variance_ok is False:
+            lines += _localized_lines(metrics["aggregate"]["localized"], windows_ok, variance_ok, output)
         if own_ok is False:
             lines += _own_lines(own, output)
         if own_set_aside:
@@ -187,7 +228,8 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
                      + (f", above {metrics['aggregate']['scale_allowed']:.3g} by the fitted scale"
                         if metrics.get("aggregate") else ""))
     return Verdict(output, golden, passed, bool(metrics["zero_passes_seed_gate"]),
-                   bool(metrics["atol_capped"]), "\n".join(lines), elementwise_ok, scale_ok, direction_ok, own_ok)
+                   bool(metrics["atol_capped"]), "\n".join(lines), elementwise_ok, scale_ok, direction_ok, own_ok,
+                   windows_ok, variance_ok)
 
 
 def gated_verdicts(backend_metrics: Mapping, *, case: str, backend: str, attribution: Mapping | None = None,

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from accuracy.dual import REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL
+from accuracy.localized import LocalSums
 from accuracy.tolerances import Tolerance
 from accuracy.ulp import bf16_spacing
 
@@ -175,13 +176,15 @@ class ErrorStats:
         self.scale_bias: float | None = None   # the fitted scale's rounding bias on this data (None: SCALE_BIAS)
         self.n_toward = self.n_away = 0
         self.n_up = 0               # of the counted errors, those above the FP64 value
+        self.local: LocalSums | None = None    # the localized tests' sums (``accuracy.localized``)
 
     def update(self, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | None = None,
                row_offset: int = 0, rounded_terms: torch.Tensor | None = None,
                allowance: torch.Tensor | None = None,
                exact: torch.Tensor | None = None, noise_var: torch.Tensor | None = None,
                shared_var: torch.Tensor | None = None, shared_axis: int | None = None,
-               shared_total: float = 0.0, direction: bool = True, toward_zero: bool = True) -> None:
+               shared_total: float = 0.0, direction: bool = True, toward_zero: bool = True,
+               shared_rows: torch.Tensor | None = None, element_var: torch.Tensor | None = None) -> None:
         """``rounded_terms``: per element, the magnitude of intermediate values the dtype path
         stores in BF16 before the final rounding (dx's two products); rtol applies to
         |golden| + rounded_terms, since each rounding point can flip once and a flip at a
@@ -203,6 +206,12 @@ class ErrorStats:
         output; every max, count and the worst elements are exact."""
         if not toward_zero:
             self.toward_zero_seen = False
+        if exact is not None and not self.dual_only:
+            if self.local is None:
+                self.local = LocalSums(self.shape)
+            self.local.add(actual, exact, row_offset, noise_var=noise_var, element_var=element_var,
+                           shared_var=shared_var, shared_axis=shared_axis, shared_rows=shared_rows,
+                           shared_total=shared_total)
         rows = actual.shape[0] if actual.dim() > 1 else 0
         step = slice_rows(actual.shape[-1]) if rows else 0
         if rows <= step:
@@ -749,11 +758,11 @@ class ErrorStats:
             "bound_mean": self.sum_bound / self.n_compared if self.bound_seen and self.n_compared else None,
             "allowance": self.allowance_seen,
             "detection_floor": floor,
-            "aggregate": self._aggregate_result() if self.aggregate_seen else None,
+            "aggregate": self._aggregate_result(atol_eff) if self.aggregate_seen else None,
             "dual": self._dual_result() if self.dual else None,
         }
 
-    def _aggregate_result(self) -> dict:
+    def _aggregate_result(self, atol: float = 0.0) -> dict:
         from accuracy.allowance import DIRECTION_BIAS, SCALE_BIAS, TAIL_SIGMAS
         beta = self.sum_eb / self.sum_bb if self.sum_bb > 0 else 0.0
         sigma = math.sqrt(self.sum_vbb) / self.sum_bb if self.sum_bb > 0 else 0.0
@@ -772,6 +781,7 @@ class ErrorStats:
                           direction_imbalance=self.n_toward - self.n_away if self.toward_zero_seen else None,
                           direction_allowed=2 * DIRECTION_BIAS * counted + TAIL_SIGMAS * math.sqrt(counted),
                           upward=self.n_up, downward=counted - self.n_up, up_imbalance=2 * self.n_up - counted)
+        result["localized"] = self.local.result(bias, atol) if self.local is not None else None
         return result
 
 

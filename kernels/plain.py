@@ -129,6 +129,64 @@ def tanh_sigmoid(*, x, w_g, w_fc, dy, g, fc):
     return _backward(x, w_g, w_fc, dy, g, fc, sigmoid=lambda t: 0.5 * (1 + torch.tanh(t / 2)))
 
 
+# ---------------------------------------------------------------------------- wrong in a part
+# Errors that a test of the whole output dilutes: each is the correct ``plain`` kernel's output
+# with one part wrong by one to two rtol (1/128, 1/64), the size of a tiled kernel's usual bug.
+TILE_ROWS = 1024
+
+
+def _one_tile(output: str, factor: float) -> Callable:
+    def kernel(*, x, w_g, w_fc, dy, g, fc):
+        out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
+        t = out[output].float()
+        tile = (t.shape[0] // 2 // TILE_ROWS) * TILE_ROWS    # the tile at the middle row
+        t[tile:tile + TILE_ROWS] *= factor
+        out[output] = t.to(BF16)
+        return out
+    kernel.__name__ = kernel.__qualname__ = f"one_tile_{output}"
+    kernel.__doc__ = f"One {TILE_ROWS}-row tile of {output} (the middle one) times {factor}."
+    return kernel
+
+
+def _every_96th_column(output: str, factor: float) -> Callable:
+    def kernel(*, x, w_g, w_fc, dy, g, fc):
+        out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
+        t = out[output].float()
+        t[..., ::96] *= factor
+        out[output] = t.to(BF16)
+        return out
+    kernel.__name__ = kernel.__qualname__ = f"every_96th_column_{output}"
+    kernel.__doc__ = f"Columns 0, 96, 192, ... of {output} times {factor} (1/96 of its columns)."
+    return kernel
+
+
+def _random_sign(output: str, size: float) -> Callable:
+    def kernel(*, x, w_g, w_fc, dy, g, fc):
+        out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
+        t = out[output].float()
+        gen = torch.Generator().manual_seed(1234)
+        sign = torch.randint(0, 2, t.shape, generator=gen).float().mul_(2).sub_(1)
+        out[output] = (t * (1 + size * sign)).to(BF16)
+        return out
+    kernel.__name__ = kernel.__qualname__ = f"random_sign_{output}"
+    kernel.__doc__ = f"Every element of {output} times 1 +- {size}, the sign random per element."
+    return kernel
+
+
+def db_offset(*, x, w_g, w_fc, dy, g, fc):
+    """db_fc plus one rtol x rms(db_fc) on every element: a constant offset (a bias added twice)."""
+    out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
+    t = out["db_fc"].float()
+    out["db_fc"] = (t + t.square().mean().sqrt() / 128).to(BF16)
+    return out
+
+
+LOCALIZED_BUGS: dict[str, Callable] = {f.__name__: f for f in (
+    _one_tile("dx", 1 + 1 / 128), _one_tile("dg", 1 - 1 / 128), _one_tile("dfc", 1 + 1 / 128),
+    _every_96th_column("db_g", 1 + 1 / 64), _every_96th_column("dw_fc", 1 - 1 / 64),
+    _random_sign("dx", 1 / 128), _random_sign("dg", 1 / 128), db_offset)}
+
+
 CORRECT: dict[str, Callable] = {f.__name__: f for f in (plain, plain_db_unrounded, stores_every_intermediate)}
 # Wrong only outside the ranges the other profiles draw: the operator's range cases catch them
 RANGE_BUGS: dict[str, Callable] = {f.__name__: f for f in (dy_through_fp16, g_through_fp16, fc_through_fp16,

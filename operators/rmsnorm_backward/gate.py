@@ -56,7 +56,8 @@ def dx(rows, n: int, elements: int) -> Allowance:
     floor = U_BF16 * MIN_NORMAL * (rows.r + rows.scale * rows.xhat_l1 / n)
     allow = U_BF16 * rows.single + torch.minimum(sigmas * sigma_c, worst_c) + rstd + order + floor
     noise = (U_BF16 ** 2 / 3) * rows.single.square() + ((order + rstd) / sigmas).square()
-    return Allowance(allow, None, noise, shared_total=rows.shared, direction=True)
+    return Allowance(allow, None, noise, shared_total=rows.shared, direction=True,
+                     shared_rows=rows.shared_rows, element_var=noise + sigma_c.square())
 
 
 def row_allowance(output: str, exact: torch.Tensor, rows, terms, sizes: Mapping[str, int]) -> Allowance:

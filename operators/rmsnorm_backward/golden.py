@@ -48,6 +48,7 @@ class RowTerms:
     r: torch.Tensor
     abs: torch.Tensor
     shared: float
+    shared_rows: torch.Tensor | None = None    # ``shared`` per row [rows]
 
 
 def term_sums(inputs: Mapping[str, torch.Tensor]) -> ReductionTermSums:
@@ -63,9 +64,10 @@ def _row_terms(r, xhat, g, c, dx) -> RowTerms:
     c_abs = gx.abs().sum(-1, keepdim=True)
     var_c = (2.0 ** -8 / n) ** 2 * (2 / 3) * c_sq
     along = r * (xhat * dx).sum(-1, keepdim=True)
+    shared_rows = (var_c * along.square()).double().reshape(-1)
     shared = float((var_c * along.square()).sum())
     return RowTerms(single, scale, c_sq, c_abs, xhat.abs().sum(-1, keepdim=True), r,
-                    single + scale * c_abs / n, shared)
+                    single + scale * c_abs / n, shared, shared_rows)
 
 
 def _add_dw_terms(terms: ReductionTermSums, dy: torch.Tensor, xhat: torch.Tensor, t: torch.Tensor, block: int) -> None:

@@ -75,7 +75,8 @@ def dx(rows: RowTerms, floor_l1: torch.Tensor, n: int, elements: int) -> Allowan
     extra = sigmas * order_sigma + rows.products
     return Allowance(term_roundings(rows.var, worst, 2, sigmas) + extra,
                      term_roundings(rows.var, worst, 1, sigmas) + extra,
-                     order_sigma ** 2 + rows.products_var, shared_total=rows.shared, toward_zero=False)
+                     order_sigma ** 2 + rows.products_var, shared_total=rows.shared, toward_zero=False,
+                     shared_rows=rows.shared_rows, element_var=order_sigma ** 2 + rows.products_var + rows.var)
 
 
 def row_allowance(output: str, exact: torch.Tensor, rows: RowTerms, terms: TermSums,

@@ -71,6 +71,7 @@ class RowTerms:
                                 # worst case of the two partial products a kernel may store
     products_var: torch.Tensor  # their variance as two independent uniform roundings: (h_g^2 + h_fc^2) / 3
     shared: float               # sum_mn var(dg)_mn (r w_g)_mn^2 + (fc likewise): see above
+    shared_rows: torch.Tensor | None = None   # the same per row [rows] (its sum is ``shared``)
 
 
 class TermSums(ReductionTermSums):
@@ -193,10 +194,13 @@ class TermSums(ReductionTermSums):
             self._bias_num["dx"][name] += (float(torch.dot(err_g.reshape(-1), rw_g.reshape(-1))) / (s_r * self.s_wg * self.s_dg)
                                            + float(torch.dot(err_fc.reshape(-1), rw_fc.reshape(-1)))
                                            / (s_r * self.s_wfc * self.s_dfc))
+        shared_rows = ((var_g * rw_g * rw_g).double().sum(-1) * (ug / s_r) ** 2
+                       + (var_fc * rw_fc * rw_fc).double().sum(-1) * (ufc / s_r) ** 2)
         shared = (float((var_g * rw_g * rw_g).sum(dtype=torch.float64)) * (ug / s_r) ** 2
                   + float((var_fc * rw_fc * rw_fc).sum(dtype=torch.float64)) * (ufc / s_r) ** 2)
         return RowTerms(abs=abs_g + abs_fc, var=var, products=half_g + half_fc,
-                        products_var=(half_g.square() + half_fc.square()) / 3, shared=shared)
+                        products_var=(half_g.square() + half_fc.square()) / 3, shared=shared,
+                        shared_rows=shared_rows)
 
     def add_block(self, x: torch.Tensor, dg: torch.Tensor, dfc: torch.Tensor, var_g: torch.Tensor,
                   var_fc: torch.Tensor) -> None:
