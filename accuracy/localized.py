@@ -37,15 +37,63 @@ import math
 
 import numpy as np
 import torch
+from numba import njit, prange
 
-from accuracy.ulp import bf16_spacing
+from accuracy.fused import _spacing, set_threads
 
 # the whole-output aggregate tests' tail constant and the false-alarm bound it gives
 BASE_SIGMAS = 7.5
 FAMILY_BUDGET = 2 * math.exp(-BASE_SIGMAS ** 2 / 2)
 VARIANCE_T = BASE_SIGMAS ** 2 / 2
-# Rows per FP64 pass: 2^18 elements (2 MiB per temporary), as ``accuracy.metrics.SLICE_ELEMENTS``
-SLICE_ELEMENTS = 1 << 18
+# Rows are summed in parallel in this many groups, each with its own column sums
+ROW_GROUPS = 64
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def _local_sums(a, x, noise, marginal, has_noise, has_marginal, rows, cols, row_out, col_out):
+    """Per row (``row_out[r]``: e x, x^2, V_scale x^2, V) and per row group and column
+    (``col_out[g, :, c]``: the same four) of ``a`` (FP32 kernel values) against ``x`` (FP64),
+    flat [rows x cols]; V_scale = the store's ULP^2/12 + ``noise``, V = the store's + ``marginal``
+    (each per element, or one value when its flag is off). Non-finite pairs add nothing. Returns
+    sum e^2, sum V^2 and max V per group in ``row_out``'s spare columns (4..6) of its first row."""
+    groups = col_out.shape[0]
+    per = (rows + groups - 1) // groups
+    extra = np.zeros((groups, 3))
+    for grp in prange(groups):
+        ee = v2 = vmax = 0.0
+        for r in range(grp * per, min(rows, (grp + 1) * per)):
+            seb = sbb = svb = sv = 0.0
+            base = r * cols
+            for c in range(cols):
+                xk = x[base + c]
+                ak = np.float64(a[base + c])
+                if not (np.isfinite(xk) and np.isfinite(ak)):
+                    continue
+                e = ak - xk
+                sp = _spacing(xk)
+                store = sp * sp / 12.0
+                vs = store + (noise[base + c] if has_noise else 0.0)
+                v = store + (marginal[base + c] if has_marginal else (noise[base + c] if has_noise else 0.0))
+                x2 = xk * xk
+                seb += e * xk
+                sbb += x2
+                svb += vs * x2
+                sv += v
+                col_out[grp, 0, c] += e * xk
+                col_out[grp, 1, c] += x2
+                col_out[grp, 2, c] += vs * x2
+                col_out[grp, 3, c] += v
+                ee += e * e
+                v2 += v * v
+                vmax = max(vmax, v)
+            row_out[r, 0] = seb
+            row_out[r, 1] = sbb
+            row_out[r, 2] = svb
+            row_out[r, 3] = sv
+        extra[grp, 0] = ee
+        extra[grp, 1] = v2
+        extra[grp, 2] = vmax
+    return extra
 
 
 def scan_windows(n: int, *values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
@@ -142,72 +190,56 @@ class LocalSums:
         ``shared_rows``: that part already summed per row (``shared_total`` without it: not
         separable, added to every row window)."""
         cols = self.cols
-        a_all = actual.detach().reshape(-1, cols)
-        x_all = exact.detach().reshape(-1, cols)
-        n_rows = x_all.shape[0]
-        step = max(1, SLICE_ELEMENTS // max(cols, 1))
+        n_rows = exact.numel() // max(cols, 1)
         if shared_total and shared_rows is None:
             self.columns_separable = False
             self.correlated = "rows"
             self.unsplit_shared += shared_total
-        if shared_rows is not None:
+        if shared_rows is not None or (shared_var is not None and shared_axis == 0):
             self.columns_separable = False
             self.correlated = "rows"
         if shared_var is not None and shared_axis == 1:
             self.correlated = "columns"
-        if shared_var is not None and shared_axis == 0:
-            self.columns_separable = False
-            self.correlated = "rows"
+        if n_rows == 0:
+            return
+        n = n_rows * cols
 
-        def part(t, lo, hi):
-            if t is None or t.dim() == 0 or t.numel() == 1:
-                return t
-            t = t.detach()
-            return t.reshape(-1, cols)[lo:hi] if t.numel() == n_rows * cols else t.reshape(-1)[lo:hi]
-        for lo in range(0, n_rows, step):
-            hi = min(n_rows, lo + step)
-            x = x_all[lo:hi].double()
-            a = a_all[lo:hi].double()
-            ok = torch.isfinite(x) & torch.isfinite(a)
-            x = torch.where(ok, x, 0.0)
-            e = torch.where(ok, a - x, 0.0)
-            x2 = x * x
-            sp = bf16_spacing(x)
-            store = sp.mul_(sp).div_(12)
-            noise = part(noise_var, lo, hi)
-            v_scale = store if noise is None else store + noise.double().to(store.device)
-            v_scale = torch.where(ok, v_scale, 0.0)
-            vx2 = v_scale * x2
-            r0, r1 = row_offset + lo, row_offset + hi
-            self.row[0, r0:r1] += (e * x).sum(1).cpu().numpy()
-            self.row[1, r0:r1] += x2.sum(1).cpu().numpy()
-            row_vbb = vx2.sum(1)
-            col_vbb = vx2.sum(0)
-            if shared_var is not None:
-                sv = shared_var.detach().double().reshape(-1).to(x.device)
-                if shared_axis == 1:
-                    row_vbb = row_vbb + x2 @ sv
-                    col_vbb = col_vbb + sv * x2.sum(0)
-                else:
-                    sv_rows = sv[r0:r1] if sv.numel() >= r1 else sv[lo:hi]
-                    row_vbb = row_vbb + sv_rows * x2.sum(1)
-            if shared_rows is not None:
-                row_vbb = row_vbb + shared_rows.detach().double().reshape(-1)[lo:hi].to(x.device)
-            self.row[2, r0:r1] += row_vbb.cpu().numpy()
-            self.col[0] += (e * x).sum(0).cpu().numpy()
-            self.col[1] += x2.sum(0).cpu().numpy()
-            self.col[2] += col_vbb.cpu().numpy()
-            marginal = part(element_var, lo, hi)
-            if marginal is None:
-                marginal = noise
-            v = store if marginal is None else store + marginal.double().to(store.device)
-            v = torch.where(ok, v, 0.0).expand_as(x)
-            self.sum_ee += float((e * e).sum())
-            self.sum_v += float(v.sum())
-            self.sum_v2 += float((v * v).sum())
-            self.max_v = max(self.max_v, float(v.max())) if v.numel() else self.max_v
-            self.row_v[r0:r1] += v.sum(1).cpu().numpy()
-            self.col[3] += v.sum(0).cpu().numpy()
+        def flat(t, dtype):
+            if t is None:
+                return np.zeros(1, dtype=dtype), False
+            t = t.detach().reshape(-1)
+            t = t.expand(n) if t.numel() == 1 else t
+            return t.to("cpu", torch.float64 if dtype == np.float64 else torch.float32).contiguous().numpy(), True
+        a, _ = flat(actual, np.float32)
+        x, _ = flat(exact, np.float64)
+        noise, has_noise = flat(noise_var, np.float64)
+        marginal, has_marginal = flat(element_var, np.float64)
+        row_out = np.zeros((n_rows, 4))
+        col_out = np.zeros((min(ROW_GROUPS, n_rows), 4, cols))
+        set_threads(torch.get_num_threads())
+        extra = _local_sums(a, x, noise, marginal, has_noise, has_marginal, n_rows, cols, row_out, col_out)
+        r0, r1 = row_offset, row_offset + n_rows
+        row_vbb = row_out[:, 2]
+        col = col_out.sum(0)
+        if shared_var is not None:
+            sv = shared_var.detach().double().reshape(-1).cpu().numpy()
+            if shared_axis == 1:
+                xs = exact.detach().reshape(n_rows, cols).double().nan_to_num(0.0, 0.0, 0.0)
+                row_vbb = row_vbb + (xs * xs @ torch.from_numpy(sv)).numpy()
+                col[2] += sv * col[1]
+            else:
+                row_vbb = row_vbb + (sv[r0:r1] if sv.size >= r1 else sv[:n_rows]) * row_out[:, 1]
+        if shared_rows is not None:
+            row_vbb = row_vbb + shared_rows.detach().double().reshape(-1).cpu().numpy()[:n_rows]
+        self.row[0, r0:r1] += row_out[:, 0]
+        self.row[1, r0:r1] += row_out[:, 1]
+        self.row[2, r0:r1] += row_vbb
+        self.row_v[r0:r1] += row_out[:, 3]
+        self.col += col
+        self.sum_ee += float(extra[:, 0].sum())
+        self.sum_v += float(col[3].sum())
+        self.sum_v2 += float(extra[:, 1].sum())
+        self.max_v = max(self.max_v, float(extra[:, 2].max(initial=0.0)))
 
     def result(self, bias: float, atol: float = 0.0) -> dict:
         """The three tests' numbers; ``bias``: the output's legitimate rounding bias of the fitted
