@@ -311,9 +311,11 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     # the fitted scale's rounding bias: the largest of the legitimate paths' on this data, never
     # below the measured bias of exact-product stores (allowance.SCALE_BIAS)
     scale_bias = {o: max(allowance.SCALE_BIAS, terms.scale_bias(o, red["fp64"].get(o))) for o in OUTPUT_NAMES}
+    local_bias = {o: terms.local_bias(o, red["fp64"].get(o)) for o in OUTPUT_NAMES}
     for stats in per_backend.values():
         for o in OUTPUT_NAMES:
             stats[o][REFERENCE].scale_bias = scale_bias[o]
+            stats[o][REFERENCE].local_bias = local_bias[o]
     backends = {b: {o: {g: st.finalize() for g, st in stats[o].items()} for o in OUTPUT_NAMES}
                 for b, stats in per_backend.items()}
     for b, o in shared_rows:

@@ -26,7 +26,8 @@ W windows shares the whole-output test's budget 2 exp(-7.5^2/2) = 1.3e-12 by the
 c = sqrt(2 ln(2 W / 1.3e-12)) (one window: 7.5; the 8.8e5 windows of dx's rows at M=220000:
 9.1). The excess-variance test takes the Laurent-Massart bound for a weighted chi-square,
 P(sum V z^2 - sum V > 2 sqrt(t sum V^2) + 2 t max V) <= exp(-t), at t = 7.5^2/2 (the same
-1.3e-12 up to a factor 2); where the model's errors are correlated along rows (or columns), V is
+1.3e-12 up to a factor 2), times ``MODEL_SLACK`` for what the model's expected variance may
+miss; where the model's errors are correlated along rows (or columns), V is
 taken per row (column), whose totals bound the eigenvalues of each row's covariance.
 
 Metrics only: nothing here raises; ``accuracy.gate`` reads ``result()``.
@@ -45,6 +46,13 @@ from accuracy.fused import _spacing, set_threads
 BASE_SIGMAS = 7.5
 FAMILY_BUDGET = 2 * math.exp(-BASE_SIGMAS ** 2 / 2)
 VARIANCE_T = BASE_SIGMAS ** 2 / 2
+# How far a correct kernel's mean square error may exceed the model's expected sum V: the model
+# takes each rounding as uniform in +-half its spacing and sums variances; over 10 correct kernels
+# at the quick profile's 17 small cases x 3 seeds, sum e^2 / sum V reached 1.07 on outputs of
+# 1e5 elements or more (dx, dw at the outliers, cancellation and unit profiles: the roundings of
+# a shared dg are not independent of the store after them) and 1.9 on db's 200 (a chi-square of
+# few degrees; the bound there allowed 10). A random-sign error of one rtol gives 5.1-8.9.
+MODEL_SLACK = 1.5
 # Rows are summed in parallel in this many groups, each with its own column sums
 ROW_GROUPS = 64
 
@@ -137,21 +145,29 @@ def scan_sigmas(windows: int) -> float:
 
 
 def _window_test(eb: np.ndarray, bb: np.ndarray, vbb: np.ndarray, bias: float, axis: str,
-                 extra_vbb: float = 0.0, abs_var: float = 0.0) -> dict | None:
+                 extra_vbb: float = 0.0, abs_var: float = 0.0, path_bias: np.ndarray | None = None) -> dict | None:
     """The scan over one axis: the worst window by |beta| / allowed, and whether any fails.
     ``extra_vbb``: variance not known per position, added whole to every window; ``abs_var``: an
-    absolute variance every element may add (weighted by its r^2 like the rest)."""
+    absolute variance every element may add (weighted by its r^2 like the rest); ``path_bias``:
+    per legitimate path and position, sum (path - exact) exact: a window's bias is the largest
+    |sum| / sum exact^2 over the paths, where it exceeds ``bias`` (a correct kernel's rounding
+    bias is a property of the values it rounds, which a window may hold more of than the whole)."""
     n = eb.shape[0]
     if n < 2:
         return None
-    starts, stops, (s_eb, s_bb, s_vbb) = scan_windows(n, eb, bb, vbb)
+    paths = [] if path_bias is None or path_bias.shape[-1] != n else list(path_bias)
+    starts, stops, (s_eb, s_bb, s_vbb, *s_paths) = scan_windows(n, eb, bb, vbb, *paths)
     s_vbb = s_vbb + extra_vbb + abs_var * s_bb
+    window_bias = np.full(s_bb.shape, bias)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for s_p in s_paths:
+            window_bias = np.maximum(window_bias, np.where(s_bb > 0, np.abs(s_p) / s_bb, 0.0))
     tested = s_bb > 0
     c = scan_sigmas(int(tested.sum()))
     with np.errstate(divide="ignore", invalid="ignore"):
         beta = np.where(tested, s_eb / s_bb, 0.0)
         sigma = np.where(tested, np.sqrt(np.maximum(s_vbb, 0.0)) / s_bb, 0.0)
-    allowed = c * sigma + bias
+    allowed = c * sigma + window_bias
     ratio = np.where(tested, np.abs(beta) / allowed, 0.0)
     if not tested.any():
         return None
@@ -159,7 +175,8 @@ def _window_test(eb: np.ndarray, bb: np.ndarray, vbb: np.ndarray, bias: float, a
     return {"axis": axis, "windows": int(tested.sum()), "sigmas": c, "passed": bool(ratio[i] <= 1.0),
             "failing_windows": int((ratio > 1.0).sum()),
             "worst": {"start": int(starts[i]), "stop": int(stops[i]), "beta": float(beta[i]),
-                      "sigma": float(sigma[i]), "allowed": float(allowed[i]), "ratio": float(ratio[i])}}
+                      "sigma": float(sigma[i]), "bias": float(window_bias[i]), "allowed": float(allowed[i]),
+                      "ratio": float(ratio[i])}}
 
 
 class LocalSums:
@@ -241,7 +258,7 @@ class LocalSums:
         self.sum_v2 += float(extra[:, 1].sum())
         self.max_v = max(self.max_v, float(extra[:, 2].max(initial=0.0)))
 
-    def result(self, bias: float, atol: float = 0.0) -> dict:
+    def result(self, bias: float, atol: float = 0.0, path_bias: dict | None = None) -> dict:
         """The three tests' numbers; ``bias``: the output's legitimate rounding bias of the fitted
         scale (the whole-output test's); ``atol``: the element-wise gate's absolute tolerance. A
         window of a few elements near zero has a beta of e / r: a correct kernel's FP32 range
@@ -249,10 +266,15 @@ class LocalSums:
         would make it any size, so every element's error may also hold a uniform +-atol, variance
         atol^2 / 3. Over a window of n elements near the rms that adds at most rtol / sqrt(n) x
         c / sqrt(3) to the allowed scale (the atol is at most rtol x rms): 1.1e-5 over one
-        1024-row tile of dx at K=512, against the 7.8e-3 of a tile wrong by 1/128."""
+        1024-row tile of dx at K=512, against the 7.8e-3 of a tile wrong by 1/128.
+        ``path_bias``: the legitimate paths' bias numerators per row and column
+        (``TermSums.local_bias``), or None."""
         abs_var = atol * atol / 3
-        rows = _window_test(self.row[0], self.row[1], self.row[2], bias, "rows", self.unsplit_shared, abs_var)
-        columns = (_window_test(self.col[0], self.col[1], self.col[2], bias, "columns", 0.0, abs_var)
+        path_bias = path_bias or {}
+        rows = _window_test(self.row[0], self.row[1], self.row[2], bias, "rows", self.unsplit_shared, abs_var,
+                            path_bias.get("rows"))
+        columns = (_window_test(self.col[0], self.col[1], self.col[2], bias, "columns", 0.0, abs_var,
+                                path_bias.get("columns"))
                    if self.columns_separable else None)
         return {"rows": rows, "columns": columns, "variance": self._variance()}
 
@@ -265,7 +287,7 @@ class LocalSums:
             v2, vmax = float(np.dot(self.col[3], self.col[3])), float(self.col[3].max(initial=0.0))
         else:
             v2, vmax = self.sum_v2, self.max_v
-        allowed = 1.0 + (2 * math.sqrt(VARIANCE_T * v2) + 2 * VARIANCE_T * vmax) / self.sum_v
+        allowed = MODEL_SLACK * (1.0 + (2 * math.sqrt(VARIANCE_T * v2) + 2 * VARIANCE_T * vmax) / self.sum_v)
         ratio = self.sum_ee / self.sum_v
         return {"ratio": ratio, "allowed": allowed, "passed": bool(ratio <= allowed),
                 "correlated": self.correlated}

@@ -174,6 +174,7 @@ class ErrorStats:
         self.toward_zero_seen = True    # every update tested the share toward zero too
         self.sum_eb = self.sum_bb = self.sum_vbb = 0.0
         self.scale_bias: float | None = None   # the fitted scale's rounding bias on this data (None: SCALE_BIAS)
+        self.local_bias: dict | None = None    # its numerators per row and column (``TermSums.local_bias``)
         self.n_toward = self.n_away = 0
         self.n_up = 0               # of the counted errors, those above the FP64 value
         self.local: LocalSums | None = None    # the localized tests' sums (``accuracy.localized``)
@@ -781,7 +782,8 @@ class ErrorStats:
                           direction_imbalance=self.n_toward - self.n_away if self.toward_zero_seen else None,
                           direction_allowed=2 * DIRECTION_BIAS * counted + TAIL_SIGMAS * math.sqrt(counted),
                           upward=self.n_up, downward=counted - self.n_up, up_imbalance=2 * self.n_up - counted)
-        result["localized"] = self.local.result(bias, atol) if self.local is not None else None
+        result["localized"] = (self.local.result(bias, atol, self.local_bias) if self.local is not None
+                               else None)
         return result
 
 

@@ -103,3 +103,7 @@ class ReductionTermSums:
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
         """No bias beyond the framework's floor (``accuracy.allowance.SCALE_BIAS``)."""
         return 0.0
+
+    def local_bias(self, output: str, exact: torch.Tensor | None = None) -> dict | None:
+        """``scale_bias`` per row and column (``operators.swiglu_backward.terms``); None: none."""
+        return None

@@ -70,7 +70,7 @@ def correct_backends() -> list[Backend]:
 
 
 def mutant_backends() -> list[Backend]:
-    return [Backend(n, f) for n, f in {**MUTANTS, **plain.WRONG}.items()]
+    return [Backend(n, f) for n, f in {**MUTANTS, **plain.WRONG, **plain.LOCALIZED_BUGS}.items()]
 
 
 def lean_verdicts(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mapping[str, torch.Tensor]],

@@ -104,6 +104,10 @@ class TermSums(ReductionTermSums):
         self._bias_num = {o: dict.fromkeys(self._paths, 0.0) for o in ("dg", "dfc", "dx")}
         self._bias_den = {"dg": 0.0, "dfc": 0.0, "dx": 0.0}
         self._err_sums: dict = {p: {} for p in self._paths}   # path -> db_g, db_fc, dw_g, dw_fc error sums
+        # the same numerators per row (dg, dfc, dx; chunks come in row order) and per column (dg, dfc),
+        # for the localized tests' windows (``local_bias``)
+        self._row_bias: dict = {o: {p: [] for p in self._paths} for o in ("dg", "dfc", "dx")}
+        self._col_bias: dict = {o: dict.fromkeys(self._paths, 0.0) for o in ("dg", "dfc")}
         self._chunk_err: dict = {}                             # path -> (err_g, err_fc) of the current chunk
 
     def rounding_variance(self, dy: torch.Tensor, g: torch.Tensor, fc: torch.Tensor, dg: torch.Tensor,
@@ -145,6 +149,9 @@ class TermSums(ReductionTermSums):
             for (o, ex), value in zip(exact.items(), values):
                 err = value.mul_(scales[o]).sub_(ex).nan_to_num_(0.0, 0.0, 0.0)
                 self._bias_num[o][name] += float(torch.dot(err.reshape(-1), ex.reshape(-1))) / scales[o] ** 2
+                prod = (err * ex).double().reshape(-1, ex.shape[-1])
+                self._row_bias[o][name].append(prod.sum(1) / scales[o] ** 2)
+                self._col_bias[o][name] = self._col_bias[o][name] + prod.sum(0) / scales[o] ** 2
                 errs.append(err)
             sums = self._err_sums[name]
             for o, err, scale in zip(("g", "fc"), errs, (self.s_dg, self.s_dfc)):
@@ -171,6 +178,29 @@ class TermSums(ReductionTermSums):
         return max(abs(float(torch.dot(self._err_sums[p][output].reshape(-1).double(), r))) * unit / den
                    for p in self._paths)
 
+    def local_bias(self, output: str, exact: torch.Tensor | None = None) -> dict | None:
+        """``scale_bias``'s numerators sum (path - exact) exact per row and per column of the
+        output, one row per legitimate path: {"rows": [paths, rows] or None, "columns": [paths,
+        columns] or None}, FP64 in the output's units squared; a window's bias is the largest
+        |sum over the window| / its sum exact^2 (``accuracy.localized``)."""
+        if output in ("dg", "dfc", "dx"):
+            lists = self._row_bias[output]
+            if not lists[self._paths[0]]:
+                return None
+            rows = torch.stack([torch.cat(lists[p]) for p in self._paths]).numpy()
+            cols = (None if output == "dx" else
+                    torch.stack([torch.as_tensor(self._col_bias[output][p], dtype=torch.float64).reshape(-1)
+                                 for p in self._paths]).numpy())
+            return {"rows": rows, "columns": cols}
+        if exact is None or output not in self._err_sums[self._paths[0]]:
+            return None
+        r = torch.where(torch.isfinite(exact), exact.double(), 0.0)
+        r = r.reshape(-1, r.shape[-1])
+        unit = 1.0 / (self.s_dg if output.endswith("_g") else self.s_dfc) if output.startswith("dw") else 1.0
+        prods = [self._err_sums[p][output].double().reshape(r.shape) * r * unit for p in self._paths]
+        return {"rows": torch.stack([q.sum(1) for q in prods]).numpy() if r.shape[0] > 1 else None,
+                "columns": torch.stack([q.sum(0) for q in prods]).numpy()}
+
     def rows(self, dg: torch.Tensor, dfc: torch.Tensor, var_g: torch.Tensor, var_fc: torch.Tensor,
              p_g: torch.Tensor, p_fc: torch.Tensor, dx: torch.Tensor, block: int = REDUCTION_BLOCK) -> RowTerms:
         """dx's term sums for these rows of the reference's dg, dfc and their rounding variances
@@ -194,6 +224,8 @@ class TermSums(ReductionTermSums):
             self._bias_num["dx"][name] += (float(torch.dot(err_g.reshape(-1), rw_g.reshape(-1))) / (s_r * self.s_wg * self.s_dg)
                                            + float(torch.dot(err_fc.reshape(-1), rw_fc.reshape(-1)))
                                            / (s_r * self.s_wfc * self.s_dfc))
+            self._row_bias["dx"][name].append((err_g * rw_g).double().sum(-1) / (s_r * self.s_wg * self.s_dg)
+                                              + (err_fc * rw_fc).double().sum(-1) / (s_r * self.s_wfc * self.s_dfc))
         shared_rows = ((var_g * rw_g * rw_g).double().sum(-1) * (ug / s_r) ** 2
                        + (var_fc * rw_fc * rw_fc).double().sum(-1) * (ufc / s_r) ** 2)
         shared = (float((var_g * rw_g * rw_g).sum(dtype=torch.float64)) * (ug / s_r) ** 2
