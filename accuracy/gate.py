@@ -95,7 +95,7 @@ def _localized_lines(local: Mapping, windows_ok: bool | None, variance_ok: bool 
             worst = w["worst"]
             lines.append(f"Localized error: {output} {_span(w['axis'], worst['start'], worst['stop'])}: fitted scale "
                          f"{100 * worst['beta']:+.3g}% (allowed +-{worst['allowed']:.3g}: {w['sigmas']:.3g} sigma of a "
-                         f"correct kernel's noise over {w['windows']} scanned {w['axis']} windows plus its rounding "
+                         f"correct kernel's noise over {w['windows']} scanned windows of {w['axis']} plus its rounding "
                          f"bias; {worst['ratio']:.3g}x the allowance; {w['failing_windows']} windows fail): "
                          f"a part of the output (a tile, a few {w['axis']}) is wrong")
     if variance_ok is False:

@@ -160,6 +160,19 @@ def _every_96th_column(output: str, factor: float) -> Callable:
     return kernel
 
 
+def _column_tile(output: str, factor: float, width: int = 8) -> Callable:
+    def kernel(*, x, w_g, w_fc, dy, g, fc):
+        out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
+        t = out[output].float()
+        first = t.shape[-1] // 2
+        t[..., first:first + width] *= factor
+        out[output] = t.to(BF16)
+        return out
+    kernel.__name__ = kernel.__qualname__ = f"column_tile_{output}"
+    kernel.__doc__ = f"{width} columns of {output} (from the middle one) times {factor}."
+    return kernel
+
+
 def _random_sign(output: str, size: float) -> Callable:
     def kernel(*, x, w_g, w_fc, dy, g, fc):
         out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
@@ -183,7 +196,7 @@ def db_offset(*, x, w_g, w_fc, dy, g, fc):
 
 LOCALIZED_BUGS: dict[str, Callable] = {f.__name__: f for f in (
     _one_tile("dx", 1 + 1 / 128), _one_tile("dg", 1 - 1 / 128), _one_tile("dfc", 1 + 1 / 128),
-    _every_96th_column("db_g", 1 + 1 / 64), _every_96th_column("dw_fc", 1 - 1 / 64),
+    _every_96th_column("db_g", 1 + 1 / 64), _every_96th_column("dw_fc", 1 - 1 / 64), _column_tile("dfc", 1 + 1 / 128),
     _random_sign("dx", 1 / 128), _random_sign("dg", 1 / 128), db_offset)}
 
 
