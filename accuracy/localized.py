@@ -53,24 +53,24 @@ VARIANCE_T = BASE_SIGMAS ** 2 / 2
 # a shared dg are not independent of the store after them) and 1.9 on db's 200 (a chi-square of
 # few degrees; the bound there allowed 10). A random-sign error of one rtol gives 5.1-8.9.
 MODEL_SLACK = 1.5
-# Rows are summed in parallel in this many groups, each with its own column sums
-ROW_GROUPS = 64
+# per-row fields of ``_local_sums``: e x, x^2, V_scale x^2, V, e^2, V^2, max V
+ROW_FIELDS = 7
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def _local_sums(a, x, noise, marginal, has_noise, has_marginal, rows, cols, row_out, col_out):
-    """Per row (``row_out[r]``: e x, x^2, V_scale x^2, V) and per row group and column
-    (``col_out[g, :, c]``: the same four) of ``a`` (FP32 kernel values) against ``x`` (FP64),
-    flat [rows x cols]; V_scale = the store's ULP^2/12 + ``noise``, V = the store's + ``marginal``
-    (each per element, or one value when its flag is off). Non-finite pairs add nothing. Returns
-    sum e^2, sum V^2 and max V per group in ``row_out``'s spare columns (4..6) of its first row."""
+def _local_sums(a, x, noise, marginal, shared_col, has_noise, has_marginal, has_shared_col, rows, cols, per,
+                row_out, col_out):
+    """Per row (``row_out[r]``, ``ROW_FIELDS``) and per group of ``per`` rows and column
+    (``col_out[g, :, c]``: e x, x^2, V_scale x^2, V) of ``a`` (FP32 kernel values) against ``x``
+    (FP64), flat [rows x cols]: V_scale = the store's ULP^2/12 + ``noise`` (+ ``shared_col`` per
+    column), V = the store's + ``marginal`` (default ``noise``); optional arrays are per element
+    (per column for ``shared_col``) or one value when their flag is off. Non-finite pairs add
+    nothing. A row is summed in one loop and a group's columns over its rows in order, so rows
+    and groups give the same bits however the caller chunks them (in whole groups)."""
     groups = col_out.shape[0]
-    per = (rows + groups - 1) // groups
-    extra = np.zeros((groups, 3))
     for grp in prange(groups):
-        ee = v2 = vmax = 0.0
         for r in range(grp * per, min(rows, (grp + 1) * per)):
-            seb = sbb = svb = sv = 0.0
+            seb = sbb = svb = sv = see = sv2 = vmax = 0.0
             base = r * cols
             for c in range(cols):
                 xk = x[base + c]
@@ -80,28 +80,23 @@ def _local_sums(a, x, noise, marginal, has_noise, has_marginal, rows, cols, row_
                 e = ak - xk
                 sp = _spacing(xk)
                 store = sp * sp / 12.0
-                vs = store + (noise[base + c] if has_noise else 0.0)
-                v = store + (marginal[base + c] if has_marginal else (noise[base + c] if has_noise else 0.0))
+                nz = noise[base + c] if has_noise else 0.0
+                vs = store + nz + (shared_col[c] if has_shared_col else 0.0)
+                v = store + (marginal[base + c] if has_marginal else nz)
                 x2 = xk * xk
                 seb += e * xk
                 sbb += x2
                 svb += vs * x2
                 sv += v
+                see += e * e
+                sv2 += v * v
+                vmax = max(vmax, v)
                 col_out[grp, 0, c] += e * xk
                 col_out[grp, 1, c] += x2
                 col_out[grp, 2, c] += vs * x2
                 col_out[grp, 3, c] += v
-                ee += e * e
-                v2 += v * v
-                vmax = max(vmax, v)
-            row_out[r, 0] = seb
-            row_out[r, 1] = sbb
-            row_out[r, 2] = svb
-            row_out[r, 3] = sv
-        extra[grp, 0] = ee
-        extra[grp, 1] = v2
-        extra[grp, 2] = vmax
-    return extra
+            row = row_out[r]
+            row[0], row[1], row[2], row[3], row[4], row[5], row[6] = seb, sbb, svb, sv, see, sv2, vmax
 
 
 def scan_windows(n: int, *values: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
@@ -187,11 +182,8 @@ class LocalSums:
     def __init__(self, shape):
         shape = list(shape)
         self.rows, self.cols = (shape[0], shape[-1]) if len(shape) > 1 else (1, shape[0] if shape else 1)
-        self.row = np.zeros((3, self.rows))          # eb, bb, vbb per row
-        self.row_v = np.zeros(self.rows)             # sum V per row
-        self.col = np.zeros((4, self.cols))          # eb, bb, vbb, sum V per column
-        self.sum_ee = self.sum_v = self.sum_v2 = 0.0
-        self.max_v = 0.0
+        self.row = np.zeros((ROW_FIELDS, self.rows))  # per row: e r, r^2, V r^2, V, e^2, V^2, max V
+        self.col = np.zeros((4, self.cols))           # per column: e r, r^2, V r^2, V
         self.columns_separable = True                # the model's variance separates over columns
         self.correlated: str | None = None           # "rows" / "columns": V is correlated along them
         self.unsplit_shared = 0.0                    # shared variance not given per row: in every row window
@@ -199,13 +191,15 @@ class LocalSums:
     def add(self, actual: torch.Tensor, exact: torch.Tensor, row_offset: int = 0, *,
             noise_var: torch.Tensor | None = None, element_var: torch.Tensor | None = None,
             shared_var: torch.Tensor | None = None, shared_axis: int | None = None,
-            shared_rows: torch.Tensor | None = None, shared_total: float = 0.0) -> None:
+            shared_rows: torch.Tensor | None = None, shared_total: float = 0.0,
+            group_rows: int = 256) -> None:
         """One block of rows starting at ``row_offset``. ``noise_var``: the variance beyond the
         store that is independent per element (the fitted scale's); ``element_var``: the marginal
         variance beyond the store (default ``noise_var``); ``shared_var``/``shared_axis``: the part
-        one rounded upstream value spreads along a column (axis 1) or row (axis 0);
-        ``shared_rows``: that part already summed per row (``shared_total`` without it: not
-        separable, added to every row window)."""
+        one rounded upstream value spreads along a column (axis 1, per column) or a row (axis 0,
+        per row); ``shared_rows``: that part already summed per row (``shared_total`` without it:
+        not separable, added whole to every row window). Columns are summed in groups of
+        ``group_rows`` rows (the caller's own slices: chunks of whole slices give the same bits)."""
         cols = self.cols
         n_rows = exact.numel() // max(cols, 1)
         if shared_total and shared_rows is None:
@@ -221,42 +215,33 @@ class LocalSums:
             return
         n = n_rows * cols
 
-        def flat(t, dtype):
+        def flat(t, dtype, length=n):
             if t is None:
                 return np.zeros(1, dtype=dtype), False
             t = t.detach().reshape(-1)
-            t = t.expand(n) if t.numel() == 1 else t
+            t = t.expand(length) if t.numel() == 1 else t
             return t.to("cpu", torch.float64 if dtype == np.float64 else torch.float32).contiguous().numpy(), True
         a, _ = flat(actual, np.float32)
         x, _ = flat(exact, np.float64)
         noise, has_noise = flat(noise_var, np.float64)
         marginal, has_marginal = flat(element_var, np.float64)
-        row_out = np.zeros((n_rows, 4))
-        col_out = np.zeros((min(ROW_GROUPS, n_rows), 4, cols))
+        column_shared = shared_var if shared_axis == 1 else None
+        shared_col, has_shared_col = flat(column_shared, np.float64, cols)
+        per = max(1, group_rows)
+        row_out = np.zeros((n_rows, ROW_FIELDS))
+        col_out = np.zeros((-(-n_rows // per), 4, cols))
         set_threads(torch.get_num_threads())
-        extra = _local_sums(a, x, noise, marginal, has_noise, has_marginal, n_rows, cols, row_out, col_out)
+        _local_sums(a, x, noise, marginal, shared_col, has_noise, has_marginal, has_shared_col, n_rows, cols, per,
+                    row_out, col_out)
         r0, r1 = row_offset, row_offset + n_rows
-        row_vbb = row_out[:, 2]
-        col = col_out.sum(0)
-        if shared_var is not None:
+        if shared_var is not None and shared_axis == 0:
             sv = shared_var.detach().double().reshape(-1).cpu().numpy()
-            if shared_axis == 1:
-                xs = exact.detach().reshape(n_rows, cols).double().nan_to_num(0.0, 0.0, 0.0)
-                row_vbb = row_vbb + (xs * xs @ torch.from_numpy(sv)).numpy()
-                col[2] += sv * col[1]
-            else:
-                row_vbb = row_vbb + (sv[r0:r1] if sv.size >= r1 else sv[:n_rows]) * row_out[:, 1]
+            row_out[:, 2] += (sv[r0:r1] if sv.size >= r1 else sv[:n_rows]) * row_out[:, 1]
         if shared_rows is not None:
-            row_vbb = row_vbb + shared_rows.detach().double().reshape(-1).cpu().numpy()[:n_rows]
-        self.row[0, r0:r1] += row_out[:, 0]
-        self.row[1, r0:r1] += row_out[:, 1]
-        self.row[2, r0:r1] += row_vbb
-        self.row_v[r0:r1] += row_out[:, 3]
-        self.col += col
-        self.sum_ee += float(extra[:, 0].sum())
-        self.sum_v += float(col[3].sum())
-        self.sum_v2 += float(extra[:, 1].sum())
-        self.max_v = max(self.max_v, float(extra[:, 2].max(initial=0.0)))
+            row_out[:, 2] += shared_rows.detach().double().reshape(-1).cpu().numpy()[:n_rows]
+        self.row[:, r0:r1] += row_out.T
+        for part in col_out:        # in row order: the same additions whatever the chunks
+            self.col += part
 
     def result(self, bias: float, atol: float = 0.0, path_bias: dict | None = None) -> dict:
         """The three tests' numbers; ``bias``: the output's legitimate rounding bias of the fitted
@@ -279,15 +264,16 @@ class LocalSums:
         return {"rows": rows, "columns": columns, "variance": self._variance()}
 
     def _variance(self) -> dict | None:
-        if self.sum_v <= 0:
+        sum_v = float(self.row[3].sum())
+        if sum_v <= 0:
             return None
         if self.correlated == "rows":
-            v2, vmax = float(np.dot(self.row_v, self.row_v)), float(self.row_v.max(initial=0.0))
+            v2, vmax = float(np.dot(self.row[3], self.row[3])), float(self.row[3].max(initial=0.0))
         elif self.correlated == "columns":
             v2, vmax = float(np.dot(self.col[3], self.col[3])), float(self.col[3].max(initial=0.0))
         else:
-            v2, vmax = self.sum_v2, self.max_v
-        allowed = MODEL_SLACK * (1.0 + (2 * math.sqrt(VARIANCE_T * v2) + 2 * VARIANCE_T * vmax) / self.sum_v)
-        ratio = self.sum_ee / self.sum_v
+            v2, vmax = float(self.row[5].sum()), float(self.row[6].max(initial=0.0))
+        allowed = MODEL_SLACK * (1.0 + (2 * math.sqrt(VARIANCE_T * v2) + 2 * VARIANCE_T * vmax) / sum_v)
+        ratio = float(self.row[4].sum()) / sum_v
         return {"ratio": ratio, "allowed": allowed, "passed": bool(ratio <= allowed),
                 "correlated": self.correlated}

@@ -212,7 +212,7 @@ class ErrorStats:
                 self.local = LocalSums(self.shape)
             self.local.add(actual, exact, row_offset, noise_var=noise_var, element_var=element_var,
                            shared_var=shared_var, shared_axis=shared_axis, shared_rows=shared_rows,
-                           shared_total=shared_total)
+                           shared_total=shared_total, group_rows=slice_rows(actual.shape[-1]))
         rows = actual.shape[0] if actual.dim() > 1 else 0
         step = slice_rows(actual.shape[-1]) if rows else 0
         if rows <= step:
