@@ -128,3 +128,18 @@ def test_elements_near_zero_get_the_atol():
     assert _sums(actual.to(torch.bfloat16), exact).result(1e-4, atol=1e-4)["rows"]["passed"]
     result = _sums(actual.to(torch.bfloat16), exact).result(1e-4, atol=0.0)
     assert not result["rows"]["passed"] and result["rows"]["worst"]["start"] == 10
+
+
+def test_a_window_gets_the_bias_of_the_legitimate_paths_over_it():
+    """A legitimate path whose rounding bias sits in some rows only (values it rounds one way
+    there): a kernel on that path passes its windows with the path's bias per row, and fails
+    them with the whole output's bias alone."""
+    exact = _reference(4096, 96)
+    path = exact.clone()
+    path[1000:1100] *= 1 + 3e-3
+    path = path.to(torch.bfloat16)
+    numerators = ((path.double() - exact) * exact).sum(1).numpy()[None, :]
+    whole_bias = float(numerators.sum() / (exact * exact).sum())
+    sums = _sums(path, exact)
+    assert sums.result(max(whole_bias, 1e-4), 1e-5, {"rows": numerators})["rows"]["passed"]
+    assert not sums.result(max(whole_bias, 1e-4), 1e-5)["rows"]["passed"]
