@@ -20,11 +20,12 @@ tests look where such errors live:
   times the store's share (an error of 2^-7 |r| against a store variance of 2^-16..2^-14 r^2 / 12).
 
 False alarms. Each window's beta has the model's standard deviation sigma = sqrt(sum V r^2) /
-sum r^2 and the output's legitimate rounding bias (the whole-output test's); the sums are
+sum r^2 and a rounding bias, the larger of the output's (the whole-output test's) and the
+legitimate paths' own over that window (``TermSums.local_bias``); the sums are
 sub-Gaussian (``accuracy.allowance``), so P(|beta - bias| > c sigma) <= 2 exp(-c^2/2). A scan of
 W windows shares the whole-output test's budget 2 exp(-7.5^2/2) = 1.3e-12 by the union bound:
-c = sqrt(2 ln(2 W / 1.3e-12)) (one window: 7.5; the 8.8e5 windows of dx's rows at M=220000:
-9.1). The excess-variance test takes the Laurent-Massart bound for a weighted chi-square,
+c = sqrt(2 ln(2 W / 1.3e-12)) (one window: 7.5; the 659985 windows of dx's rows at M=220000:
+9.11). The excess-variance test takes the Laurent-Massart bound for a weighted chi-square,
 P(sum V z^2 - sum V > 2 sqrt(t sum V^2) + 2 t max V) <= exp(-t), at t = 7.5^2/2 (the same
 1.3e-12 up to a factor 2), times ``MODEL_SLACK`` for what the model's expected variance may
 miss; where the model's errors are correlated along rows (or columns), V is
@@ -42,7 +43,8 @@ from numba import njit, prange
 
 from accuracy.fused import _spacing, set_threads
 
-# the whole-output aggregate tests' tail constant and the false-alarm bound it gives
+# the whole-output aggregate tests' tail constant (``accuracy.allowance.TAIL_SIGMAS``, checked
+# equal by tests/core/test_localized.py) and the false-alarm bound it gives
 BASE_SIGMAS = 7.5
 FAMILY_BUDGET = 2 * math.exp(-BASE_SIGMAS ** 2 / 2)
 VARIANCE_T = BASE_SIGMAS ** 2 / 2

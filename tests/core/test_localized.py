@@ -46,6 +46,8 @@ def test_every_run_of_rows_is_within_a_factor_two_of_a_scanned_window():
 
 
 def test_one_window_keeps_the_whole_output_tests_tail_constant():
+    from accuracy.allowance import TAIL_SIGMAS
+    assert BASE_SIGMAS == TAIL_SIGMAS
     assert scan_sigmas(1) == pytest.approx(BASE_SIGMAS)
     # 8.8e5 windows (dx's rows at M=220000): about 9.1
     assert 9.0 < scan_sigmas(len(scan_windows(220000)[0])) < 9.2, scan_sigmas(len(scan_windows(220000)[0]))
