@@ -135,63 +135,54 @@ def tanh_sigmoid(*, x, w_g, w_fc, dy, g, fc):
 TILE_ROWS = 1024
 
 
-def _one_tile(output: str, factor: float) -> Callable:
+def _edited(output: str, name: str, doc: str, edit: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
+    """``plain``'s outputs with ``output`` replaced by ``edit`` of its FP32 values, stored in BF16."""
     def kernel(*, x, w_g, w_fc, dy, g, fc):
         out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
-        t = out[output].float()
+        out[output] = edit(out[output].float()).to(BF16)
+        return out
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.__doc__ = doc
+    return kernel
+
+
+def _one_tile(output: str, factor: float) -> Callable:
+    def edit(t):
         tile = (t.shape[0] // 2 // TILE_ROWS) * TILE_ROWS    # the tile at the middle row
         t[tile:tile + TILE_ROWS] *= factor
-        out[output] = t.to(BF16)
-        return out
-    kernel.__name__ = kernel.__qualname__ = f"one_tile_{output}"
-    kernel.__doc__ = f"One {TILE_ROWS}-row tile of {output} (the middle one) times {factor}."
-    return kernel
+        return t
+    return _edited(output, f"one_tile_{output}",
+                   f"One {TILE_ROWS}-row tile of {output} (the middle one) times {factor}.", edit)
 
 
 def _every_96th_column(output: str, factor: float) -> Callable:
-    def kernel(*, x, w_g, w_fc, dy, g, fc):
-        out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
-        t = out[output].float()
+    def edit(t):
         t[..., ::96] *= factor
-        out[output] = t.to(BF16)
-        return out
-    kernel.__name__ = kernel.__qualname__ = f"every_96th_column_{output}"
-    kernel.__doc__ = f"Columns 0, 96, 192, ... of {output} times {factor} (1/96 of its columns)."
-    return kernel
+        return t
+    return _edited(output, f"every_96th_column_{output}",
+                   f"Columns 0, 96, 192, ... of {output} times {factor} (1/96 of its columns).", edit)
 
 
 def _column_tile(output: str, factor: float, width: int = 8) -> Callable:
-    def kernel(*, x, w_g, w_fc, dy, g, fc):
-        out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
-        t = out[output].float()
+    def edit(t):
         first = t.shape[-1] // 2
         t[..., first:first + width] *= factor
-        out[output] = t.to(BF16)
-        return out
-    kernel.__name__ = kernel.__qualname__ = f"column_tile_{output}"
-    kernel.__doc__ = f"{width} columns of {output} (from the middle one) times {factor}."
-    return kernel
+        return t
+    return _edited(output, f"column_tile_{output}",
+                   f"{width} columns of {output} (from the middle one) times {factor}.", edit)
 
 
 def _random_sign(output: str, size: float) -> Callable:
-    def kernel(*, x, w_g, w_fc, dy, g, fc):
-        out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
-        t = out[output].float()
+    def edit(t):
         gen = torch.Generator().manual_seed(1234)
         sign = torch.randint(0, 2, t.shape, generator=gen).float().mul_(2).sub_(1)
-        out[output] = (t * (1 + size * sign)).to(BF16)
-        return out
-    kernel.__name__ = kernel.__qualname__ = f"random_sign_{output}"
-    kernel.__doc__ = f"Every element of {output} times 1 +- {size}, the sign random per element."
-    return kernel
+        return t * (1 + size * sign)
+    return _edited(output, f"random_sign_{output}",
+                   f"Every element of {output} times 1 +- {size}, the sign random per element.", edit)
 
 
-def db_offset(*, x, w_g, w_fc, dy, g, fc):
-    """db_fc plus one rtol x rms(db_fc) on every element: a constant offset (a bias added twice)."""
-    out = plain(x=x, w_g=w_g, w_fc=w_fc, dy=dy, g=g, fc=fc)
-    t = out["db_fc"].float()
-    out["db_fc"] = (t + t.square().mean().sqrt() / 128).to(BF16)
-    return out
+db_offset = _edited("db_fc", "db_offset", "db_fc plus one rtol x rms(db_fc) on every element: a constant offset.",
+                    lambda t: t + t.square().mean().sqrt() / 128)
 
 
 LOCALIZED_BUGS: dict[str, Callable] = {f.__name__: f for f in (
