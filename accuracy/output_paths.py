@@ -42,12 +42,17 @@ def _inside_a_run(path: Path) -> Path | None:
     return None
 
 
+def probe_writable(folder: Path) -> None:
+    """Create ``folder`` and write (then remove) a file there; raises OSError where it cannot."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".write-probe-{os.getpid()}"
+    probe.write_text("")
+    probe.unlink()
+
+
 def _writable_folder(folder: Path, option: str) -> None:
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        probe_writable(folder)
     except OSError as exc:
         raise OutputPathError(f"{option} {folder}: cannot write there ({exc.strerror or exc})") from None
 

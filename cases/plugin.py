@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from accuracy.dual import DEFAULT_BENCHMARK
+from accuracy.output_paths import probe_writable
 
 
 
@@ -202,10 +203,7 @@ def _check_device(device: str) -> None:
 def _writable_root(path: str) -> Path:
     root = Path(path).resolve()    # absolute now: a backend that changes directory cannot move it
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".write-probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        probe_writable(root)
     except OSError as exc:
         raise pytest.UsageError(f"--results-dir {path}: not a writable directory ({exc})") from exc
     return root
