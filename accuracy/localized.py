@@ -238,7 +238,7 @@ class LocalSums:
         r0, r1 = row_offset, row_offset + n_rows
         if shared_var is not None and shared_axis == 0:
             sv = shared_var.detach().double().reshape(-1).cpu().numpy()
-            row_out[:, 2] += (sv[r0:r1] if sv.size >= r1 else sv[:n_rows]) * row_out[:, 1]
+            row_out[:, 2] += sv[:n_rows] * row_out[:, 1]     # per row of this block, as ErrorStats.update slices it
         if shared_rows is not None:
             row_out[:, 2] += shared_rows.detach().double().reshape(-1).cpu().numpy()[:n_rows]
         self.row[:, r0:r1] += row_out.T
