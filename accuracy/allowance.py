@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 import torch
 
-import operators
 from accuracy.ulp import MIN_NORMAL_EXP
 
 MIN_NORMAL = 2.0 ** MIN_NORMAL_EXP
@@ -81,7 +80,7 @@ SIGN_MAX_ULP = 1.0
 # stores_every_intermediate: there the sum cancels and its error comes from the terms' roundings,
 # not from its own store). So dx and dw are tested upward only (``Allowance.toward_zero``);
 # truncating stores still fail them by the fitted scale. Stores rounding toward +inf in db, dw
-# and dx only (``kernels.plain:round_up_downstream_stores``) put 85-95% of dw's and dx's counted
+# and dx only (``operators.swiglu_backward.kernels.plain:round_up_downstream_stores``) put 85-95% of dw's and dx's counted
 # errors upward and fail at every quick case: dw at all but the cancellation ones (the dg
 # roundings a dw element sums drown its store's direction there), dx wherever it counts more than
 # 225 errors (all but M1 and M2, 96 and 192 elements at K = 96).
@@ -129,11 +128,12 @@ def term_roundings(var: torch.Tensor, worst: torch.Tensor, roundings: int, sigma
     return torch.minimum(sigmas * var.sqrt(), roundings * U_BF16 * worst)
 
 
-def reduction(terms, output: str, length: int, rows: slice = slice(None)) -> Allowance:
+def reduction(terms, output: str, kind: str, length: int, rows: slice = slice(None)) -> Allowance:
     """A reduction over M rows: a sum of a row quantity (``sum_over_m``, SwiGLU's db) or an outer
     product (``contraction``, SwiGLU's dw), from the reference's term sums (``terms``: the
     operator golden's ``term_sums``), for the output's ``rows`` (element by element, so a slice
-    of rows gets the same values as the whole: the comparison takes a [K, N] dw in slices)."""
+    of rows gets the same values as the whole: the comparison takes a [K, N] dw in slices);
+    ``kind``: the output's declared kind."""
     sigmas = tail_sigmas(terms.abs[output].numel())
     worst = terms.part("abs", output, rows) + MIN_NORMAL * terms.part("floor_l1", output, rows)
     var = terms.part("var", output, rows)
@@ -141,7 +141,7 @@ def reduction(terms, output: str, length: int, rows: slice = slice(None)) -> All
     order_sigma = U_FP32 * math.sqrt(length / 3) * partial
     order = sigmas * order_sigma
     ref_allow, own_allow = term_roundings(var, worst, 2, sigmas) + order, term_roundings(var, worst, 1, sigmas) + order
-    if operators.get().output(output).kind == "sum_over_m":    # each element sums its own column of terms: independent
+    if kind == "sum_over_m":    # each element sums its own column of terms: independent
         return Allowance(ref_allow, own_allow, var + order_sigma ** 2)
     return Allowance(ref_allow, own_allow, order_sigma ** 2,
                      shared_var=terms.shared[output].reshape(-1), shared_axis=1, toward_zero=False,

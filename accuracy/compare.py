@@ -35,18 +35,16 @@ from accuracy import allowance
 from accuracy.bounds import unit_roundoff
 from accuracy.metrics import SLICE_ELEMENTS, ErrorStats, row_slices
 from accuracy.term_sums import accumulate
-from accuracy.tolerances import TOLERANCES, Tolerance
-from goldens.schedule import FP64_GLOBAL, TiledSchedule, faithful_schedule
-from goldens.rounding import round_to
 from accuracy.tile_drift import TileDriftRecorder
+from accuracy.tolerances import Tolerance, tolerances_for
+from contract.operator import ROUNDED_TERMS, Operator
+from contract.schedule import TiledSchedule
+from goldens.blocks import blocks, operand_sum
+from goldens.rounding import round_to
 from goldens.stream import GoldenPass
-from kernels.contract import OPERATOR, OUTPUT_NAMES, ROW_OUTPUTS
-from operators.declaration import ROUNDED_TERMS, blocks, operand_sum
 
 REFERENCE = "reference"      # the gated golden: FP64 from the BF16 inputs, each output rounded once
 OWN = "own"                  # recomputed from the kernel's own upstream outputs (``gate.own``)
-# the outputs the operator recomputes from a kernel's own upstream outputs
-OWN_OUTPUTS = tuple(OPERATOR.gate.OWN_SOURCE)
 # A reduction output is compared in row slices of about this many elements (64 MiB per FP64
 # temporary): its allowance's temporaries for a whole [K, N] dw at K=4096, N=11008 (360 MB each)
 # set the comparison's peak.
@@ -63,13 +61,13 @@ class GoldenPair:
         return f"{self.layer} vs {self.reference}"
 
 
-def golden_layers(sched: TiledSchedule, diagnose: bool = True) -> dict[str, str]:
+def golden_layers(operator: Operator, sched: TiledSchedule, diagnose: bool = True) -> dict[str, str]:
     """The golden layers a backend with this schedule is compared with: generic name -> layer key.
     The reference and the FP64 ideal are the same for every backend; the faithful and tiled layers
     follow the backend's declared schedule and serve diagnosis only (left out without ``diagnose``)."""
     names = {REFERENCE: "fp64", "fp64": "fp64"}
     if diagnose:
-        names.update(faithful=f"faithful:{faithful_schedule(sched.plan).name}", tiled=f"tiled:{sched.name}")
+        names.update(faithful=f"faithful:{operator.schedules.faithful_schedule(sched.plan).name}", tiled=f"tiled:{sched.name}")
     return names
 
 
@@ -93,8 +91,8 @@ def _rms(sum_squares: float, count: int) -> float:
     return (sum_squares / count) ** 0.5 if count else 0.0
 
 
-def _tiles_and_accumulator(output: str, sched: TiledSchedule, m: int) -> tuple[int, int, float]:
-    kernel = OPERATOR.output(output).kernel
+def _tiles_and_accumulator(operator: Operator, output: str, sched: TiledSchedule, m: int) -> tuple[int, int, float]:
+    kernel = operator.output(output).kernel
     acc = sched.accumulator(kernel)
     return sched.n_tiles(m, kernel), sched.tile_m(kernel) or m, unit_roundoff(acc)
 
@@ -124,40 +122,44 @@ class _OwnSums:
                 accumulate(self.sums, o, operand_sum(None if lhs is None else lhs[rows], rhs[rows]))
 
 
-def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mapping[str, torch.Tensor]],
-                 schedules: Mapping[str, TiledSchedule], *, tolerances: Mapping[str, Tolerance] = TOLERANCES,
+def compare_case(operator: Operator, inputs: Mapping[str, torch.Tensor],
+                 outputs: Mapping[str, Mapping[str, torch.Tensor]],
+                 schedules: Mapping[str, TiledSchedule], *, tolerances: Mapping[str, Tolerance] | None = None,
                  chunk_rows: int | None = None, diagnose: bool = True,
                  row_rms: Mapping[str, float] | None = None) -> dict:
     """``outputs[backend]`` are validated backend outputs; ``schedules[backend]`` the schedule
     each backend declares (its faithful and tiled goldens, for diagnosis). Every backend is gated
     against the same reference with the same allowance (``accuracy.allowance``), and its
-    downstream outputs against its own upstream ones (``OWN_OUTPUTS``); the verdict reads nothing else, so ``diagnose=False`` (no
+    downstream outputs against its own upstream ones (the operator gate's ``OWN_SOURCE``); the verdict reads nothing else, so ``diagnose=False`` (no
     faithful or tiled layers, and of the FP64 comparison only the dual verdict's metrics) gives the
     same verdicts. ``row_rms``: the row outputs' reference rms when already known (see below).
     Returns ``{"backends": {backend: {output: {golden: metrics}}},
     "goldens": {GoldenPair: {output: metrics}}, "ideal": {output: metrics of the reference vs FP64},
     "tile_drift": {tiled layer: {reduction: per-tile drift}} (``accuracy.tile_drift``),
     "attribution": {backend: {output: {...}}}}``."""
-    sizes = OPERATOR.sizes(inputs)
-    m = sizes[OPERATOR.dims[0]]
-    shapes = OPERATOR.output_shapes(sizes)
-    layers = {"fp64": FP64_GLOBAL}
+    OUTPUT_NAMES, ROW_OUTPUTS = operator.output_names, operator.row_outputs
+    OWN_OUTPUTS = tuple(operator.gate.OWN_SOURCE)    # recomputed from a kernel's own upstream outputs
+    tolerances = tolerances_for(operator) if tolerances is None else tolerances
+    sizes = operator.sizes(inputs)
+    m = sizes[operator.dims[0]]
+    shapes = operator.output_shapes(sizes)
+    layers = {"fp64": operator.schedules.FP64_GLOBAL}
     pairs: list[GoldenPair] = []   # the goldens compared with each other
     for sched in (schedules.values() if diagnose else ()):
-        names = golden_layers(sched)
-        layers.setdefault(names["faithful"], faithful_schedule(sched.plan))
+        names = golden_layers(operator, sched)
+        layers.setdefault(names["faithful"], operator.schedules.faithful_schedule(sched.plan))
         layers.setdefault(names["tiled"], sched)
         for pair in (GoldenPair(names["faithful"], "fp64"), GoldenPair(names["tiled"], names["faithful"])):
             if pair not in pairs:
                 pairs.append(pair)
     # the tiled layers' per-tile drift, recorded by the pass itself (the report's heatmap reads it)
     drift = TileDriftRecorder({name: s for name, s in layers.items() if name.startswith("tiled:") and not s.is_global},
-                              {o: OPERATOR.output(o).kernel for o in OPERATOR.reduction_outputs}, m)
-    golden_pass = GoldenPass(inputs, layers, chunk_rows=chunk_rows, terms=True, tile_observer=drift.observe)
+                              {o: operator.output(o).kernel for o in operator.reduction_outputs}, m)
+    golden_pass = GoldenPass(operator, inputs, layers, chunk_rows=chunk_rows, terms=True, tile_observer=drift.observe)
     terms = golden_pass.terms
 
     def goldens_of(b: str, o: str) -> list[str]:
-        names = list(golden_layers(schedules[b], diagnose))
+        names = list(golden_layers(operator, schedules[b], diagnose))
         return names + [OWN] if o in OWN_OUTPUTS else names
 
     # Every comparison of an output takes its magnitude-aware atol from the rms of the output's
@@ -197,8 +199,8 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     for o in ROW_OUTPUTS:
         add_output(o)
     own_sums = {b: _OwnSums() for b in outputs}
-    gate = OPERATOR.gate
-    weights = {name: inputs[name].float() for name in OPERATOR.input_names if name not in OPERATOR.row_inputs}
+    gate = operator.gate
+    weights = {name: inputs[name].float() for name in operator.input_names if name not in operator.row_inputs}
 
     shared_rows: set = set()   # (backend, output) whose tiled rows are the faithful rows
     numel = {o: math.prod(shapes[o]) for o in ROW_OUTPUTS}
@@ -221,7 +223,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                 models[o] = gate.row_allowance(o, block.rows["fp64"][o], block.terms, terms, sizes)
             return models[o]
 
-        raw = {name: inputs[name][block.start:block.stop] for name in OPERATOR.row_inputs}
+        raw = {name: inputs[name][block.start:block.stop] for name in operator.row_inputs}
         for b, kernel_out in outputs.items():
             kernel_rows = {o: kernel_out[o][block.start:block.stop] for o in ROW_OUTPUTS}
             own = gate.own(raw, weights, kernel_rows)
@@ -242,7 +244,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                 # the diagnosis layers: one rounding of a stored term may flip (the operator's
                 # allowance against its own upstream outputs), nothing over M
                 noise = model.vs_own
-                names = golden_layers(schedules[b], diagnose)
+                names = golden_layers(operator, schedules[b], diagnose)
                 for g in names:
                     if g == REFERENCE:
                         continue
@@ -270,7 +272,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
         if any(st.overflowed for o in ROW_OUTPUTS for st in row_stats(o)):
             known = {o: rms[o] for o in ROW_OUTPUTS}
             del golden_pass, terms, per_backend, between, own_sums, ideal, drift   # not held through the rerun
-            return compare_case(inputs, outputs, schedules, tolerances=tolerances, chunk_rows=chunk_rows,
+            return compare_case(operator, inputs, outputs, schedules, tolerances=tolerances, chunk_rows=chunk_rows,
                                 diagnose=diagnose, row_rms=known)
 
     red = golden_pass.reductions
@@ -284,7 +286,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
         for rows in row_slices(exact_whole.shape, REDUCTION_SLICE_ELEMENTS):
             exact = exact_whole[rows]
             reference = round_to(exact, torch.bfloat16)
-            model = allowance.reduction(terms, o, m, rows)
+            model = allowance.reduction(terms, o, operator.output(o).kind, m, rows)
             ideal[o].update(reference, exact, row_offset=rows.start)
             for b, kernel_out in outputs.items():
                 actual = kernel_out[o][rows]
@@ -293,13 +295,13 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
                     per_backend[b][o][OWN].update(actual, own_sums[b].sums[o][rows], row_offset=rows.start,
                                                   allowance=model.vs_own)
                 bound = gate.bound(o, exact, terms.part("abs", o, rows), schedules[b], sizes) if diagnose else None
-                names = golden_layers(schedules[b], diagnose)
+                names = golden_layers(operator, schedules[b], diagnose)
                 for g in names:
                     if g == REFERENCE:
                         continue
                     if g == "tiled":
                         noise = allowance.tile_chain(terms, o, model.vs_own,
-                                                     *_tiles_and_accumulator(o, schedules[b], m), rows=rows)
+                                                     *_tiles_and_accumulator(operator, o, schedules[b], m), rows=rows)
                     else:
                         noise = model.vs_own
                     per_backend[b][o][g].update(actual, red[names[g]][o][rows], bound if g == "fp64" else None,
@@ -324,7 +326,7 @@ def compare_case(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mappi
     goldens = {pair: {o: per_o[o].finalize() for o in OUTPUT_NAMES} for pair, per_o in between.items()}
     return {"backends": backends, "goldens": goldens, "ideal": {o: ideal[o].finalize() for o in OUTPUT_NAMES},
             "tile_drift": drift.result(),
-            "attribution": ({b: attribution(backends[b], goldens, golden_layers(schedules[b])) for b in backends}
+            "attribution": ({b: attribution(backends[b], goldens, golden_layers(operator, schedules[b])) for b in backends}
                             if diagnose else {})}
 
 
@@ -333,7 +335,7 @@ def attribution(backend_metrics: Mapping, golden_metrics: Mapping, layers: Mappi
     result = {}
     storage_pair = GoldenPair(layers["faithful"], "fp64")
     order_pair = GoldenPair(layers["tiled"], layers["faithful"])
-    for o in OUTPUT_NAMES:
+    for o in backend_metrics:
         parts = {
             "storage": golden_metrics[storage_pair][o]["max_abs_err"],
             "tile_order": golden_metrics[order_pair][o]["max_abs_err"],

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
-from kernels.contract import BackendUnsupported, clone_inputs, mutated_inputs
+from contract.backend import BackendUnsupported, clone_inputs, mutated_inputs
 
 _INT_OF = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

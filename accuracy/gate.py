@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from accuracy.tolerances import TOLERANCES, Tolerance
-from kernels.contract import OPERATOR, OUTPUT_NAMES
+from accuracy.tolerances import Tolerance, tolerances_for
+from contract.operator import Operator
 
 
 class AccuracyError(AssertionError):
@@ -146,23 +146,26 @@ def _aggregate_lines(agg: Mapping, scale_ok: bool, direction_ok: bool, metrics: 
     return lines
 
 
-def _own_lines(own: Mapping, output: str) -> list[str]:
-    source = OPERATOR.gate.OWN_SOURCE[output]
+def _own_lines(own: Mapping, output: str, operator: Operator | None) -> list[str]:
+    gate = getattr(operator, "gate", None)
+    source = gate.OWN_SOURCE[output] if gate is not None else "its own upstream outputs"
+    upstream = gate.UPSTREAM if gate is not None else "the upstream outputs"
     w = own["worst"][0] if own["worst"] else None
     where = (f"; worst at {_idx(w['index'])}: kernel {w['actual']:.6g}, recomputed {w['expected']:.6g}"
              if w else "")
     return [f"Inconsistent with its own upstream outputs: {own['mismatches']} / {own['numel']} elements differ "
             f"from the recompute ({source}) beyond the allowance{where}: an accumulation, tiling or indexing error "
-            f"downstream of {OPERATOR.gate.UPSTREAM}"]
+            f"downstream of {upstream}"]
 
 
 def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", backend: str = "?",
             attribution: Mapping | None = None, own: Mapping | None = None,
-            own_set_aside: tuple[str, ...] = ()) -> Verdict:
+            own_set_aside: tuple[str, ...] = (), operator: Operator | None = None) -> Verdict:
     """Pass = no element outside rtol x |reference| + atol + allowance, the fitted scale and the
     rounding direction within the noise of a correct kernel, and, for a downstream output
     (SwiGLU's db, dw, dx), consistency with the kernel's own upstream outputs (``own``: the
-    metrics against them); ``own_set_aside``: the failing upstream outputs for which that check was not made."""
+    metrics against them); ``own_set_aside``: the failing upstream outputs for which that check was not made;
+    ``operator``: whose gate names the recompute in the message."""
     mism = metrics["mismatches"]
     elementwise_ok = mism == 0
     scale_ok, direction_ok = aggregate_checks(metrics)
@@ -192,7 +195,7 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
         if windows_ok is False or variance_ok is False:
             lines += _localized_lines(metrics["aggregate"]["localized"], windows_ok, variance_ok, output)
         if own_ok is False:
-            lines += _own_lines(own, output)
+            lines += _own_lines(own, output, operator)
         if own_set_aside:
             lines.append(f"Own-upstream check set aside: its own {'/'.join(own_set_aside)} fails against the "
                          f"reference, so the recompute from it carries that error")
@@ -232,22 +235,25 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
                    windows_ok, variance_ok)
 
 
-def gated_verdicts(backend_metrics: Mapping, *, case: str, backend: str, attribution: Mapping | None = None,
-                   tolerances: Mapping[str, Tolerance] = TOLERANCES) -> dict[str, Verdict]:
+def gated_verdicts(operator: Operator, backend_metrics: Mapping, *, case: str, backend: str,
+                   attribution: Mapping | None = None,
+                   tolerances: Mapping[str, Tolerance] | None = None) -> dict[str, Verdict]:
     """One verdict per output against that output's gated golden layer. A downstream output's own-upstream
     check is set aside where an upstream output it is recomputed from fails against the reference: the
     recompute then carries that error, and the disagreement says nothing about the downstream output
     (which the reference still judges)."""
-    reads = getattr(OPERATOR.gate, "OWN_READS", {})
+    tolerances = tolerances_for(operator) if tolerances is None else tolerances
+    reads = getattr(operator.gate, "OWN_READS", {})
     out = {}
-    for o in sorted(OUTPUT_NAMES, key=lambda o: o in reads):     # upstream outputs first
+    for o in sorted(operator.output_names, key=lambda o: o in reads):     # upstream outputs first
         golden = tolerances[o].golden
         own = backend_metrics[o].get("own")
         wrong_upstream = [u for u in reads.get(o, ()) if not out[u].passed]
         out[o] = verdict(o, golden, backend_metrics[o][golden], case=case, backend=backend,
                          attribution=None if attribution is None else attribution[o],
-                         own=None if wrong_upstream else own, own_set_aside=tuple(wrong_upstream) if own else ())
-    return {o: out[o] for o in OUTPUT_NAMES}
+                         own=None if wrong_upstream else own, own_set_aside=tuple(wrong_upstream) if own else (),
+                         operator=operator)
+    return {o: out[o] for o in operator.output_names}
 
 
 def assert_accurate(verdicts: Mapping[str, Verdict], outputs: list[str] | None = None) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from operators.declaration import blocks
+from goldens.blocks import blocks
 
 
 def accumulate(sums: dict, key: str, part: torch.Tensor) -> None:

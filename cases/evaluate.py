@@ -16,10 +16,11 @@ from accuracy.determinism import same_bits, compare_runs
 from accuracy.dual import DEFAULT_BENCHMARK, DualVerdict, dual_verdicts
 from accuracy.gate import Verdict, gated_verdicts
 from cases.spec import CaseSpec, make_inputs
-from goldens.schedule import SCHEDULE_TYPE, TiledSchedule, default_schedule
-from kernels.registry import Backend
+from contract.backend import changed_since, input_digests
+from contract.operator import Operator
+from contract.schedule import TiledSchedule
 from kernels.isolated import can_isolate, run_isolated
-from kernels.contract import changed_since, input_digests
+from kernels.registry import Backend
 from kernels.runner import BackendRun, run_backend
 
 
@@ -27,15 +28,17 @@ class ScheduleError(TypeError):
     """A backend's ``fn.schedule`` that is not a ``TiledSchedule``."""
 
 
-def declared_schedule(backend: Backend) -> TiledSchedule:
-    """The schedule a backend declares (``fn.schedule``); the article's when it declares none.
-    A declaration of another type is an error, never silently replaced."""
+def declared_schedule(operator: Operator, backend: Backend) -> TiledSchedule:
+    """The schedule a backend declares (``fn.schedule``); the operator's default (SwiGLU: the
+    article's) when it declares none. A declaration of another type is an error, never silently
+    replaced."""
+    expected_type = operator.schedules.TiledSchedule
     sched = getattr(backend.fn, "schedule", None)
     if sched is None:
-        return default_schedule()
-    if not isinstance(sched, SCHEDULE_TYPE):
+        return operator.schedules.default_schedule()
+    if not isinstance(sched, expected_type):
         raise ScheduleError(f"backend {backend.name!r}: fn.schedule is {type(sched).__name__} ({sched!r:.80}), "
-                            f"expected a {SCHEDULE_TYPE.__module__}.{SCHEDULE_TYPE.__name__} "
+                            f"expected a {expected_type.__module__}.{expected_type.__name__} "
                             f"(or no attribute: the article's)")
     return sched
 
@@ -73,6 +76,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     it must be among ``backends`` for that verdict to exist.
     ``golden_device``: where the goldens and the comparison run when not on ``device`` (the host,
     for a device without FP64: ``cases.devices``); inputs and outputs are moved there once."""
+    operator = spec.declaration
     try:
         inputs = make_inputs(spec, device)
     except Exception as exc:
@@ -91,7 +95,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
             return run_isolated(b, spec, device, timeout=cell_timeout)
         if digests is None:
             digests = input_digests(inputs)
-        result = run_backend(b, inputs)
+        result = run_backend(operator, b, inputs)
         changed = changed_since(digests, inputs)
         if changed:
             inputs = make_inputs(spec, device)
@@ -129,7 +133,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     for b in backends:
         if b.name in ok:
             try:
-                schedules[b.name] = declared_schedule(b)
+                schedules[b.name] = declared_schedule(operator, b)
             except ScheduleError as exc:     # that backend's cell fails; the others are compared
                 runs[b.name].error, runs[b.name].outputs = str(exc), None
                 del ok[b.name]
@@ -144,7 +148,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         if golden_device is not None and golden_device != device:
             inputs = {k: v.to(golden_device) for k, v in inputs.items()}
             ok = {name: {o: t.to(golden_device) for o, t in outs.items()} for name, outs in ok.items()}
-        outcome.comparison = compare_case(inputs, ok, schedules, chunk_rows=chunk_rows)
+        outcome.comparison = compare_case(operator, inputs, ok, schedules, chunk_rows=chunk_rows)
     except Exception as exc:  # a golden that cannot be computed fails every cell of the case, loudly
         outcome.error = f"case {spec.id}: goldens/compare failed: {type(exc).__name__}: {exc}"
         return outcome
@@ -156,7 +160,8 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     outcome.golden_seconds = time.perf_counter() - start
     outcome.checks_nothing = _checks_nothing(spec, constant_inputs, outcome.comparison["ideal"])
     for name in outcome.comparison["backends"]:
-        outcome.verdicts[name] = gated_verdicts(outcome.comparison["backends"][name], case=spec.id, backend=name,
+        outcome.verdicts[name] = gated_verdicts(operator, outcome.comparison["backends"][name], case=spec.id,
+                                                backend=name,
                                                 attribution=outcome.comparison["attribution"][name])
     _fold_repeats(outcome, repeat_of, repeats)
     if benchmark is not None:

@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
     parser.add_argument("results", help="a results directory or results.json of a matrix run")
     parser.add_argument("--allow-widen", action="store_true", help="accept larger bounds and newly bounded outputs")
     parser.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
+    parser.add_argument("--operator", default=None, metavar="NAME",
+                        help="whose known failures to update (default: the run's operator; needed for a run of several)")
     args = parser.parse_args(argv)
     try:
         records, manifest = load_records(args.results), load_manifest(args.results)
@@ -167,17 +169,25 @@ def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
     if manifest is None:
         parser.error(f"{args.results} has no run manifest: its platform facts are unknown, so no bound can be "
                      "attributed to a platform; rerun the matrix with this version")
+    import operators
+    selected = (manifest.get("selection") or {}).get("operator") or operators.DEFAULT
+    name = args.operator or selected
+    if not isinstance(name, str):
+        parser.error(f"{args.results} is a run of several operators ({', '.join(name)}): name one with --operator")
+    try:
+        operator = operators.get(name)
+    except operators.OperatorNotFound as exc:
+        parser.error(str(exc))
     if directory is None:
-        import operators
-        name = (manifest.get("selection") or {}).get("operator") or operators.selected()
-        directory = operators.get(name).expectations
+        directory = operator.expectations
         if directory is None:
             parser.error(f"operator {name!r} declares no folder of known failures (Operator.expectations)")
+    registered = tuple(operator.backends)
     print(f"platform facts of the run: {manifest.get('facts')}")
     refused, writes = [], {}
     for path in sorted(directory.glob("*.toml")):
         text = path.read_text()
-        updates = plan(parse(text, path), records, manifest)
+        updates = plan(parse(text, path, registered), records, manifest)
         new_bounds = []
         for up in updates:
             e = up.entry
@@ -200,7 +210,7 @@ def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
                 new_bounds.append(up.new)
         new_text = rewrite(text, new_bounds)
         if new_text != text:
-            parse(new_text, path)   # never write a file the loader would refuse
+            parse(new_text, path, registered)   # never write a file the loader would refuse
             writes[path] = new_text
     if refused:
         print("\nRefused (the run's failures are larger than the recorded ones; pass --allow-widen to accept):")

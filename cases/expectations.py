@@ -31,9 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import operators
+from contract.operator import Operator
 
-EXPECTATIONS_DIR = operators.get().expectations
 REQUIRED = ("backend", "case", "output", "golden", "reason")
 OPTIONAL = ("device", "when", "bound")
 QUANTITIES = ("mismatch_share", "nonfinite_share", "err_rms")
@@ -53,13 +52,13 @@ COUNT_SIGMAS = 3.0
 SIZE_FACTOR = 2.0
 
 
-def backend_matches(entry: str, backend: str) -> bool:
+def backend_matches(entry: str, backend: str, registered: tuple[str, ...] = ()) -> bool:
     """An entry names a backend exactly; a pattern (``torch-*``) matches only the operator's own
-    registered names, never a user's import path: ``torch-mine:zero_dx`` is somebody's kernel
+    ``registered`` names, never a user's import path: ``torch-mine:zero_dx`` is somebody's kernel
     whose failures nothing here has measured."""
     if entry == backend:
         return True
-    return backend in operators.get().backends and fnmatch.fnmatchcase(backend, entry)
+    return backend in registered and fnmatch.fnmatchcase(backend, entry)
 
 
 def _count_allowance(share: float, n: int) -> float:
@@ -124,10 +123,11 @@ class Expectation:
     device: str = "*"
     when: Mapping[str, bool | str] = field(default_factory=dict)
     bounds: Mapping[str, Bound] = field(default_factory=dict)
+    registered: tuple[str, ...] = ()    # the operator's registered backend names, which a pattern may match
 
     def matches(self, backend: str, case: str, output: str, golden: str, device: str = "cpu") -> bool:
         """Patterns only: backend, case, output, golden layer and device."""
-        return (backend_matches(self.backend, backend) and fnmatch.fnmatchcase(case, self.case)
+        return (backend_matches(self.backend, backend, self.registered) and fnmatch.fnmatchcase(case, self.case)
                 and fnmatch.fnmatchcase(output, self.output) and fnmatch.fnmatchcase(golden, self.golden)
                 and fnmatch.fnmatchcase(device.split(":")[0], self.device))
 
@@ -163,7 +163,7 @@ def _bound(path: Path, i: int, output: str, raw) -> Bound:
     return Bound(*(float(raw[q]) for q in QUANTITIES))
 
 
-def parse(text: str, path: Path) -> list[Expectation]:
+def parse(text: str, path: Path, registered: tuple[str, ...] = ()) -> list[Expectation]:
     from accuracy.platform_facts import FACT_VALUES
     entries = []
     for i, raw in enumerate(tomllib.loads(text).get("expected", [])):
@@ -180,7 +180,7 @@ def parse(text: str, path: Path) -> list[Expectation]:
                                  f"fact and value (known: {FACT_VALUES})")
         bounds = {o: _bound(path, i, o, b) for o, b in raw.get("bound", {}).items()}
         entry = Expectation(*(str(raw[k]) for k in REQUIRED), source=f"{path.name}#{i}",
-                            device=str(raw.get("device", "*")), when=when, bounds=bounds)
+                            device=str(raw.get("device", "*")), when=when, bounds=bounds, registered=registered)
         stray = [o for o in bounds if not fnmatch.fnmatchcase(o, entry.output)]
         if stray:
             raise ValueError(f"{path.name}: entry {i}: bound for {stray} outside its output pattern {entry.output!r}")
@@ -188,11 +188,14 @@ def parse(text: str, path: Path) -> list[Expectation]:
     return entries
 
 
-def load(directory: Path | None = EXPECTATIONS_DIR) -> list[Expectation]:
-    """The entries of every ``*.toml`` in ``directory`` (none for an operator without the folder)."""
+def load(operator: Operator, directory: Path | None = None) -> list[Expectation]:
+    """The entries of every ``*.toml`` in the operator's expectations folder (or ``directory``;
+    none for an operator without the folder)."""
+    directory = operator.expectations if directory is None else directory
+    registered = tuple(operator.backends)
     entries = []
     for path in sorted(directory.glob("*.toml")) if directory is not None else ():
-        entries.extend(parse(path.read_text(), path))
+        entries.extend(parse(path.read_text(), path, registered))
     return entries
 
 

@@ -1,11 +1,14 @@
 """pytest plugin of the case matrix: options, parametrisation, per-worker case cache, merge.
 
-Options: --operator NAME (the operator under test; default the SwiGLU backward), --backend
+Options: --operator NAME (an operator under test, repeatable; default the SwiGLU backward), --backend
 NAME|package.module:callable (repeatable), --profile quick|full|none, --case SIZES,SCALE[,SEED]
 and --inputs FILE.safetensors (repeatable), --seeds N, --results-dir DIR, --device cpu|cuda,
 --chunk-rows N.
 Every cell of a case is pinned to one xdist worker (``xdist_group``) so the case's
 goldens are computed once, in one pass shared by its backends.
+
+The operators are looked up here, at the edge, once per process (``run_operators``), and reach
+everything below as values: each case carries the name of its operator.
 """
 from __future__ import annotations
 
@@ -24,10 +27,10 @@ from accuracy.output_paths import probe_writable
 def pytest_addoption(parser):
     import operators
     group = parser.getgroup("accuracy", "accuracy matrix of a fused BF16 operator")
-    group.addoption("--operator", default=None, metavar="NAME",
-                    help=f"the operator under test: a registered name ({', '.join(sorted(operators.OPERATORS))}) "
-                         f"or the import path of a package with an OPERATOR (default: ${operators.ENV_VAR}, "
-                         f"else {operators.DEFAULT})")
+    group.addoption("--operator", action="append", default=None, metavar="NAME",
+                    help=f"an operator under test: a registered name ({', '.join(sorted(operators.OPERATORS))}) "
+                         f"or the import path of a package with an OPERATOR; repeatable: one run, one results "
+                         f"file and one report for all of them (default: {operators.DEFAULT})")
     group.addoption("--backend", action="append", default=None, metavar="NAME",
                     help="backend to validate: a name the operator registers (SwiGLU: torch-eager, torch-compile, "
                          "pypto, pypto-hardened, triton, triton-atomic, tiled-emulation) or "
@@ -100,7 +103,7 @@ def _check_range(option: str, value, low, high) -> None:
 
 
 def pytest_configure(config):
-    _select_operator(config)
+    run_operators(config)
     _check_range("--seeds", config.getoption("--seeds", default=1), 1, MAX_SEEDS)
     _check_range("--repeats", config.getoption("--repeats", default=1), 1, MAX_REPEATS)
     timeout = config.getoption("--cell-timeout", default=1800.0)
@@ -131,11 +134,12 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):
         _check_device(config.getoption("--device"))
         from cases.evaluate import ScheduleError, declared_schedule
-        for backend in selected_backends(config):   # bad import paths and schedules stop the run here
-            try:
-                declared_schedule(backend)
-            except ScheduleError as exc:
-                raise pytest.UsageError(str(exc)) from exc
+        for operator in run_operators(config):
+            for backend in selected_backends(config, operator):   # bad import paths and schedules stop the run here
+                try:
+                    declared_schedule(operator, backend)
+                except ScheduleError as exc:
+                    raise pytest.UsageError(str(exc)) from exc
         config.stash[RESULTS_ROOT] = _writable_root(config.getoption("--results-dir"))
         baseline = config.getoption("--baseline")
         if baseline and Path(baseline).resolve() == config.stash[RESULTS_ROOT]:
@@ -165,18 +169,26 @@ def _check_report_paths(config) -> None:
             raise pytest.UsageError(f"--baseline {baseline}: {exc}") from exc
 
 
-def _select_operator(config) -> None:
-    """The operator first: every framework module reads it when imported (``operators``)."""
+OPERATORS = pytest.StashKey[list]()
+
+
+def run_operators(config) -> list:
+    """The run's operators (``contract.operator.Operator`` values), in --operator order, each once;
+    the SwiGLU backward when none is named. An unknown name stops the run, naming it."""
+    if OPERATORS not in config.stash:
+        import operators
+        names = list(dict.fromkeys(config.getoption("--operator", default=None) or [operators.DEFAULT]))
+        try:
+            config.stash[OPERATORS] = [operators.get(name) for name in names]
+        except operators.OperatorNotFound as exc:
+            raise pytest.UsageError(f"--operator: {exc}") from exc
+    return config.stash[OPERATORS]
+
+
+def operator_keys(config) -> list[str]:
+    """The names the run's operators are found by (``operators.key``)."""
     import operators
-    name = config.getoption("--operator", default=None)
-    try:
-        if name is None:
-            operators.get()      # ``$ACCURACY_OPERATOR`` or the default: it must load too
-        else:
-            operators.select(name)
-    except operators.OperatorNotFound as exc:
-        source = "--operator" if name is not None else f"${operators.ENV_VAR}"
-        raise pytest.UsageError(f"{source}: {exc}") from exc
+    return [operators.key(op) for op in run_operators(config)]
 
 
 def _check_device(device: str) -> None:
@@ -228,18 +240,24 @@ def gate_line(config) -> str:
             f"benchmark {bench!r}); {bench!r} itself is judged by the absolute gate alone")
 
 
-def backend_names(config) -> list[str]:
-    """The backends of every case: the selected ones, then the benchmark if it is not among them."""
-    import operators
-    names = list(dict.fromkeys(config.getoption("--backend") or list(operators.get().default_backends)))
+def backend_names(config, operator=None) -> list[str]:
+    """The backends of every case of ``operator`` (default: the run's first): the selected ones,
+    else the operator's defaults, then the benchmark if it is not among them."""
+    operator = operator or run_operators(config)[0]
+    names = list(dict.fromkeys(config.getoption("--backend") or list(operator.default_backends)))
     bench = benchmark_name(config)
     return names + [bench] if bench is not None and bench not in names else names
 
 
-def selected_backends(config):
+def all_backend_names(config) -> list[str]:
+    """Every operator's backend names, each once, in run order."""
+    return list(dict.fromkeys(n for op in run_operators(config) for n in backend_names(config, op)))
+
+
+def selected_backends(config, operator):
     from kernels.registry import BackendNotFound, resolve
     try:
-        return [resolve(n) for n in backend_names(config)]
+        return [resolve(operator, n) for n in backend_names(config, operator)]
     except BackendNotFound as exc:
         raise pytest.UsageError(str(exc)) from exc
 
@@ -258,36 +276,46 @@ def planned_cases(config) -> list:
 def _plan_cases(config) -> list:
     from cases.matrix import CaseSyntaxError, planned_cases as plan
     from cases.spec import InputsFileError
-    try:
-        cases = plan(config.getoption("--profile"), config.getoption("--seeds"),
-                     tuple(config.getoption("--case", default=None) or ()),
-                     tuple(config.getoption("--inputs", default=None) or ()))
-    except (CaseSyntaxError, InputsFileError) as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    cells = len(cases) * len(backend_names(config))
+    cases, cells, seen = [], 0, {}
+    for operator in run_operators(config):
+        try:
+            mine = plan(operator, config.getoption("--profile"), config.getoption("--seeds"),
+                        tuple(config.getoption("--case", default=None) or ()),
+                        tuple(config.getoption("--inputs", default=None) or ()))
+        except (CaseSyntaxError, InputsFileError) as exc:
+            prefix = f"--operator {operator.name}: " if len(run_operators(config)) > 1 else ""
+            raise pytest.UsageError(prefix + str(exc)) from exc
+        for spec in mine:       # a record is found by its case id: one id, one operator
+            if spec.id in seen:
+                raise pytest.UsageError(f"case {spec.id} is planned for operators {seen[spec.id]!r} and "
+                                        f"{operator.name!r}: a run's case ids must name one operator each")
+            seen[spec.id] = operator.name
+        cases += mine
+        cells += len(mine) * len(backend_names(config, operator))
     if cells > MAX_CELLS:
-        raise pytest.UsageError(f"the plan has {cells} cells ({len(cases)} cases x {len(backend_names(config))} "
-                                f"backends), more than {MAX_CELLS}: fewer --seeds or a smaller profile")
+        raise pytest.UsageError(f"the plan has {cells} cells ({len(cases)} cases x their backends), more than "
+                                f"{MAX_CELLS}: fewer --seeds or a smaller profile")
     return cases
 
 
 def pytest_generate_tests(metafunc):
     if "cell" not in metafunc.fixturenames:
         return
-    from cases.matrix import LARGE_M, M_EDGES, SEED_CASE
+    from cases.matrix import LARGE_M, acceptance_case
     config = metafunc.config
-    backends = selected_backends(config)
+    backends = {op.name: selected_backends(config, op) for op in run_operators(config)}
     cases = planned_cases(config)
     params = []
     for spec in cases:
+        operator = spec.declaration
         marks = [pytest.mark.xdist_group(spec.id), pytest.mark.matrix]
         if spec.m >= LARGE_M:
             marks.append(pytest.mark.large)
-        if spec in (SEED_CASE,):
+        if spec == acceptance_case(operator):
             marks.append(pytest.mark.seed_case)
-        if spec.m in M_EDGES:
+        if spec.m in operator.m_edges:
             marks.append(pytest.mark.edge)
-        for b in backends:
+        for b in backends[operator.name]:
             params.append(pytest.param((spec, b), id=f"{spec.id}-{b.name}", marks=marks))
     metafunc.parametrize("cell", params)
 
@@ -373,11 +401,11 @@ def run_manifest(config) -> dict:
 
 def run_selection(config) -> dict:
     """What decides the run's plan: a merge of shards checks that every shard agrees on it."""
-    import operators
-    return {"operator": operators.selected(), "profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
+    keys = operator_keys(config)
+    return {"operator": keys[0] if len(keys) == 1 else keys, "profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
             "cases": list(config.getoption("--case", default=None) or ()),
             "inputs": [c.id for c in planned_cases(config) if c.inputs_file is not None],
-            "backends": backend_names(config), "benchmark": benchmark_name(config),
+            "backends": all_backend_names(config), "benchmark": benchmark_name(config),
             "gate": config.getoption("--gate"), "markexpr": config.getoption("markexpr", default="") or "",
             "keyword": config.getoption("keyword", default="") or "",
             "shard": {"id": config.getoption("--shard-id"), "count": config.getoption("--num-shards"),
@@ -432,9 +460,8 @@ PLANNED = pytest.StashKey[list]()
 
 def _param_cells(config) -> dict[str, tuple[str, str]]:
     """Test parameter id -> (case id, backend name), for every cell the options can produce."""
-    names = backend_names(config)
     cases = planned_cases(config)
-    return {f"{spec.id}-{b}": (spec.id, b) for spec in cases for b in names}
+    return {f"{spec.id}-{b}": (spec.id, b) for spec in cases for b in backend_names(config, spec.declaration)}
 
 
 def _record_planned(config, nodeids) -> None:

@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reports.data import FAILING, GOLDEN_PREFIX   # the records' vocabulary (torch-free)
+from contract.records import FAILING, GOLDEN_PREFIX   # the records' vocabulary (torch-free)
 
 ROOT = Path(__file__).resolve().parents[1]
 VISIBILITY = {"NPU": "ASCEND_RT_VISIBLE_DEVICES", "GPU": "CUDA_VISIBLE_DEVICES"}
@@ -123,7 +123,7 @@ def run_shard(shard: int, shards: int, pytest_args: list[str], requested: dict[s
 def planned_cells(pytest_args: list[str], shards: int, cwd: Path = ROOT) -> dict[int, list[tuple[str, str]]]:
     """Shard -> its planned (case, backend) cells, from a local collection of the same selection,
     split as the plugin splits it (``cases.shards.assignment``, with ``--shard-durations`` if given)."""
-    from cases.case_id import CASE_ID_PATTERN
+    from contract.records import CASE_ID_PATTERN
     from cases.shards import assignment
     proc = subprocess.run([sys.executable, "-m", "pytest", "cases/", "--collect-only", "-q", "-p", "no:xdist",
                            "-p", "no:cacheprovider", *pytest_args], cwd=cwd, capture_output=True, text=True)

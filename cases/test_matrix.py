@@ -22,17 +22,24 @@ from cases.plugin import CELLS, _worker, benchmark_name, case_device, platform_f
 
 _CASES: dict = {}          # case id -> the case's evaluated cells (JSON), per worker process
 _PENDING: dict = {}        # case id -> backends this process has still to report
-_EXPECTATIONS = expectations.load()
+_EXPECTATIONS: dict = {}   # operator name -> its known failures, read once per process
+
+
+def _expectations(operator) -> list:
+    if operator.name not in _EXPECTATIONS:
+        _EXPECTATIONS[operator.name] = expectations.load(operator)
+    return _EXPECTATIONS[operator.name]
 
 
 def _evaluate(config, spec) -> dict:
     """Evaluate one case (every backend, one golden pass) and judge every backend's outputs."""
+    operator = spec.declaration
     backends = list(config.stash[CELLS][spec.id])
     bench = benchmark_name(config)
     if bench is not None and bench not in [b.name for b in backends]:
         # its outputs are the dual verdict's denominator even where its own cells were deselected
         from kernels.registry import resolve
-        backends.append(resolve(bench))
+        backends.append(resolve(operator, bench))
     device, facts = case_device(config), platform_facts(config)
     golden_dev = golden_device(device)
     outcome = evaluate_case(spec, backends, device=device, golden_device=golden_dev,
@@ -44,7 +51,7 @@ def _evaluate(config, spec) -> dict:
     cells = {}
     for b in backends:
         def judge(output, golden, passed, metrics, name=b.name):
-            return expectations.judge_output(_EXPECTATIONS, name, spec.id, output, golden, passed,
+            return expectations.judge_output(_expectations(operator), name, spec.id, output, golden, passed,
                                              metrics, device=device, facts=facts)
         run = outcome.runs.get(b.name)
         records = records_for(outcome, b.name, judge, gate=config.getoption("--gate"))
@@ -83,12 +90,12 @@ def rerun_command(config, spec, backend: str) -> str:
     from cases.matrix import PROFILES
     import operators
     args = ["pytest", "cases/", "-p", "no:xdist", "--backend", backend, "-k", f"{spec.id}-{backend}"]
-    if operators.selected() != operators.DEFAULT:
-        args += ["--operator", operators.selected()]
+    if spec.operator != operators.DEFAULT:
+        args += ["--operator", spec.operator]
     profile = config.getoption("--profile")
     if spec.inputs_file is not None:                                   # an --inputs file
         args += ["--profile", "none", "--inputs", spec.inputs_file]
-    elif spec not in PROFILES[profile](config.getoption("--seeds")):   # a --case: itself, alone
+    elif spec not in PROFILES[profile](spec.declaration, config.getoption("--seeds")):   # a --case: itself, alone
         args += ["--profile", "none", "--case", ",".join(map(str, (*spec.sizes, spec.scale, spec.seed)))]
     else:
         if profile != "quick":
@@ -135,7 +142,7 @@ def test_cell(cell, request):
         if fixed:
             problems.append("\n".join(
                 f"Known failure no longer fails: case {spec.id}, backend {backend.name!r}, output {r['output']!r} "
-                f"(expected because: {r['expected_reason']}). Remove or narrow its entry in {expectations.EXPECTATIONS_DIR}."
+                f"(expected because: {r['expected_reason']}). Remove or narrow its entry in {spec.declaration.expectations}."
                 for r in fixed))
         if problems:
             raise AccuracyError("\n\n".join(problems) + "\n\n" + rerun)

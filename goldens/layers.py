@@ -12,22 +12,26 @@ from collections.abc import Mapping
 
 import torch
 
-from goldens.schedule import FAITHFUL_GLOBAL, FP64_GLOBAL, RoundingPlan, TiledSchedule, faithful_schedule
+from contract.operator import Operator
+from contract.schedule import RoundingPlan, TiledSchedule
 from goldens.stream import materialize
 
 
-def fp64_ideal(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def fp64_ideal(operator: Operator, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Float64 throughout from the BF16 inputs, global sums, no intermediate rounding."""
-    return materialize(inputs, FP64_GLOBAL)
+    return materialize(operator, inputs, operator.schedules.FP64_GLOBAL)
 
 
-def bf16_faithful(inputs: Mapping[str, torch.Tensor], plan: RoundingPlan | None = None) -> dict[str, torch.Tensor]:
+def bf16_faithful(operator: Operator, inputs: Mapping[str, torch.Tensor],
+                  plan: RoundingPlan | None = None) -> dict[str, torch.Tensor]:
     """FP32 math, BF16 rounding where the plan stores (SwiGLU: dg/dfc before they feed dw/dx;
     sums and matmul outputs), global sums."""
-    return materialize(inputs, FAITHFUL_GLOBAL if plan is None else faithful_schedule(plan))
+    schedules = operator.schedules
+    return materialize(operator, inputs, schedules.FAITHFUL_GLOBAL if plan is None else schedules.faithful_schedule(plan))
 
 
-def tiled_emulation(inputs: Mapping[str, torch.Tensor], schedule: TiledSchedule) -> dict[str, torch.Tensor]:
+def tiled_emulation(operator: Operator, inputs: Mapping[str, torch.Tensor],
+                    schedule: TiledSchedule) -> dict[str, torch.Tensor]:
     """Replays the kernel's loop: per-tile partials in the math dtype, cast to the
     accumulator dtype and added in loop order, tail tile with valid_m rows."""
-    return materialize(inputs, schedule)
+    return materialize(operator, inputs, schedule)

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-import operators
-from operators.declaration import REDUCTION_BLOCK, operand_sum
+from contract.operator import Operator
+from contract.schedule import RoundingPlan, TiledSchedule
+from goldens.blocks import REDUCTION_BLOCK, operand_sum
 from goldens.rounding import round_to
-from goldens.schedule import FP64_IDEAL, RoundingPlan, TiledSchedule
 
 # Rows per streaming chunk. At the article's case (M=220000, one backend) the comparison took
 # 192.9 s at 8192 rows, 127.2 s at 4096, 110.7 s at 2048 and 110.0 s at 1024, with peak RSS 4.36,
@@ -43,17 +43,15 @@ DEFAULT_CHUNK_ROWS = 2048
 # held 22.5M-element FP64 tensors (180 MB each), and the comparison's per-chunk allowance
 # temporaries about 2 GB on top of the term sums. Outputs up to 4096 wide keep 2048 rows.
 CHUNK_ELEMENTS = DEFAULT_CHUNK_ROWS * 4096
-OPERATOR = operators.get()
-REDUCTION_OUTPUTS = OPERATOR.reduction_outputs
 
 
-def chunk_rows_for(inputs: Mapping[str, torch.Tensor], chunk_rows: int | None = None) -> int:
+def chunk_rows_for(operator: Operator, inputs: Mapping[str, torch.Tensor], chunk_rows: int | None = None) -> int:
     """Rows per chunk: ``chunk_rows`` when given, else DEFAULT_CHUNK_ROWS, fewer for outputs
     wider than CHUNK_ELEMENTS / DEFAULT_CHUNK_ROWS; always a whole number of reduction blocks
     (chunk edges are block edges), so the goldens' bits do not depend on it."""
     if chunk_rows is None:
-        shapes = OPERATOR.output_shapes(OPERATOR.sizes(inputs))
-        width = max([shapes[o][-1] for o in OPERATOR.row_outputs] + [1])
+        shapes = operator.output_shapes(operator.sizes(inputs))
+        width = max([shapes[o][-1] for o in operator.row_outputs] + [1])
         rows = min(DEFAULT_CHUNK_ROWS, CHUNK_ELEMENTS // width)
         return max(REDUCTION_BLOCK, rows // REDUCTION_BLOCK * REDUCTION_BLOCK)
     if chunk_rows < 1:
@@ -131,7 +129,7 @@ class _Accumulator:
 
 
 class GoldenPass:
-    """Streams the goldens of one case. Iterate ``blocks()`` once; afterwards
+    """Streams the goldens of one case of ``operator``. Iterate ``blocks()`` once; afterwards
     ``reductions[layer]`` holds the operator's reductions over M. With ``terms`` set, ``terms``
     holds the reductions' term sums (the operator golden's ``term_sums``, its ``prefix`` from the
     FP64 layer's running sums) and every block its row outputs' term sums (when ``rows``).
@@ -139,7 +137,7 @@ class GoldenPass:
     before the output store (in the math dtype) and ``abs_partials[layer]`` the sum over its
     tiles of |tile partial|: what a drift study needs (``reports.drift_study``)."""
 
-    def __init__(self, inputs: Mapping[str, torch.Tensor], layers: Mapping[str, TiledSchedule], *,
+    def __init__(self, operator: Operator, inputs: Mapping[str, torch.Tensor], layers: Mapping[str, TiledSchedule], *,
                  chunk_rows: int | None = None, terms: bool = False,
                  rows: bool = True, accumulators: bool = False, tile_observer=None):
         """``rows=False``: the reductions only (SwiGLU: dg, dfc feed them; no dx: its two matmuls skipped).
@@ -147,9 +145,10 @@ class GoldenPass:
         tile of each tiled reduction (a tile_m, not one global sum) of each layer, with the running value in the accumulator dtype, the
         running sum of the same partials in the math dtype (no casts: the global order's value)
         and the sum of |partials| so far (``reports.tiledrift``'s heatmap)."""
+        self.operator = operator
         self.inputs = inputs
         self.layers = dict(layers)
-        self.chunk_rows = chunk_rows_for(inputs, chunk_rows)
+        self.chunk_rows = chunk_rows_for(operator, inputs, chunk_rows)
         self.want_terms = terms
         self.want_rows = rows
         self.want_accumulators = accumulators
@@ -159,11 +158,11 @@ class GoldenPass:
         self.reference = None
         if terms:
             # the term sums follow the reference's path: FP64 from the BF16 inputs, global sums
-            self.reference = next((n for n, s in self.layers.items() if s.plan == FP64_IDEAL
+            self.reference = next((n for n, s in self.layers.items() if s.plan == operator.schedules.FP64_GLOBAL.plan
                                    and s.is_global), None)
             if self.reference is None:
                 raise ValueError("terms=True needs the FP64 global layer among the layers")
-        self.terms = OPERATOR.golden.term_sums(inputs) if terms else None
+        self.terms = operator.golden.term_sums(inputs) if terms else None
         self.reductions: dict[str, dict[str, torch.Tensor]] = {}
         self._done = False
 
@@ -195,15 +194,16 @@ class GoldenPass:
     def blocks(self) -> Iterator[RowBlock]:
         if self._done:
             raise RuntimeError("a GoldenPass streams once; make a new one")
-        op = OPERATOR
+        op = self.operator
+        reduction_outputs = op.reduction_outputs
         row_inputs = op.row_inputs
         m = self.inputs[row_inputs[0]].shape[0]
         plans = self._plans()
         whole: dict[torch.dtype, dict[str, torch.Tensor]] = {}   # the inputs read whole, per math dtype
         for p in plans:
             whole.setdefault(p.math, {n: self.inputs[n].to(p.math) for n in op.input_names if n not in row_inputs})
-        kernel = {o: op.output(o).kernel for o in REDUCTION_OUTPUTS}
-        acc = {name: {o: _Accumulator(s.tile_m(kernel[o]), s.accumulator(kernel[o])) for o in REDUCTION_OUTPUTS}
+        kernel = {o: op.output(o).kernel for o in reduction_outputs}
+        acc = {name: {o: _Accumulator(s.tile_m(kernel[o]), s.accumulator(kernel[o])) for o in reduction_outputs}
                for name, s in self.layers.items()}
         if self.reference is not None:
             for a in acc[self.reference].values():
@@ -236,7 +236,7 @@ class GoldenPass:
                     row_terms = result.row_terms
                 for name in users:
                     rows[name] = result.rows
-                for o in REDUCTION_OUTPUTS:
+                for o in reduction_outputs:
                     lhs, rhs = result.operands[o]
                     tiles = {n: self.layers[n].tile_m(kernel[o]) for n in users}
                     for tile, group in self._cut_groups(users, tiles).items():
@@ -260,16 +260,16 @@ class GoldenPass:
                 self.abs_partials[name] = {o: a.abs_partials[0] for o, a in acc[name].items()}
         if self.reference is not None:
             ref = acc[self.reference]
-            self.terms.prefix = {o: ref[o].prefix_max[0].double() for o in REDUCTION_OUTPUTS}
-            self.terms.segment = {o: ref[o].segment_max[0].double() for o in REDUCTION_OUTPUTS}
+            self.terms.prefix = {o: ref[o].prefix_max[0].double() for o in reduction_outputs}
+            self.terms.segment = {o: ref[o].segment_max[0].double() for o in reduction_outputs}
         self._done = True
 
 
-def materialize(inputs: Mapping[str, torch.Tensor], schedule: TiledSchedule,
+def materialize(operator: Operator, inputs: Mapping[str, torch.Tensor], schedule: TiledSchedule,
                 chunk_rows: int | None = None) -> dict[str, torch.Tensor]:
     """Every output of one layer as full tensors in its math dtype (for tests and small M)."""
-    golden = GoldenPass(inputs, {schedule.name: schedule}, chunk_rows=chunk_rows)
-    parts: dict[str, list[torch.Tensor]] = {o: [] for o in OPERATOR.row_outputs}
+    golden = GoldenPass(operator, inputs, {schedule.name: schedule}, chunk_rows=chunk_rows)
+    parts: dict[str, list[torch.Tensor]] = {o: [] for o in operator.row_outputs}
     for block in golden.blocks():
         for out in parts:
             parts[out].append(block.rows[schedule.name][out])

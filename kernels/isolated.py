@@ -4,8 +4,8 @@ A backend is someone else's unfinished kernel: it may segfault, call ``os._exit`
 be killed by the OOM killer, or never return. Run in the framework's process, any of
 these takes down the pytest-xdist worker and every case still queued on it. Here
 each backend gets one long-lived child process (spawned, so no thread pool or lock
-is inherited), which regenerates the case's inputs from the case id (bit-identical:
-``cases.spec.make_inputs``), runs the backend through ``kernels.runner.run_backend``
+is inherited), which regenerates the case's inputs from a picklable input factory (the
+case itself: ``InputFactory``; bit-identical inputs from its id), runs the backend through ``kernels.runner.run_backend``
 (contract checks, state sealing) and hands the outputs back through shared memory:
 one copy into shared pages, no pickle of the tensors' bytes. The parent waits at
 most ``timeout`` seconds for the backend call (input generation and the hand-over
@@ -28,24 +28,37 @@ import tempfile
 import time
 import torch.multiprocessing as mp
 
-from cases.spec import CaseSpec
-from kernels.registry import Backend, BackendNotFound, resolve
+from typing import Protocol
+
+import torch
+
+from contract.operator import Operator
+from kernels.registry import Backend, BackendNotFound, resolve_path
 from kernels.runner import BackendRun
+
+
+class InputFactory(Protocol):
+    """What the child makes a case's inputs from: a picklable value (``cases.spec.CaseSpec``)
+    that names its operator and draws the same bits in any process."""
+
+    @property
+    def declaration(self) -> Operator: ...
+
+    def inputs(self, device: str) -> dict[str, torch.Tensor]: ...
 
 _CTX = mp.get_context("spawn")
 START_SECONDS = 300          # spawning a child and importing torch + the backend: seconds, not minutes
 
 
-def _child(name: str, conn) -> None:
-    """The child's loop: one request (case spec, device) at a time, until told to stop (None).
+def _child(name: str, path: str, conn) -> None:
+    """The child's loop: one request (input factory, device) at a time, until told to stop (None).
     The child leads a session of its own, so whatever the backend forks is killed with it, and
     dies with its parent (a worker killed by SIGKILL leaves no child behind)."""
     os.setsid()
     _die_with_parent()
-    from cases.spec import make_inputs
     from kernels.runner import run_backend
     try:
-        backend = resolve(name)
+        backend = resolve_path(name, path)
     except BaseException as exc:   # noqa: BLE001 - the parent fails this backend's cells with the reason
         from kernels.runner import describe
         conn.send(("failed", str(exc) if isinstance(exc, BackendNotFound) else describe(exc)))
@@ -58,11 +71,11 @@ def _child(name: str, conn) -> None:
             return
         if request is None:
             return
-        spec, device = request
-        inputs = make_inputs(CaseSpec(*spec), device)
+        factory, device = request
+        inputs = factory.inputs(device)
         conn.send(("started", time.monotonic()))
         with _fd_output() as printed:     # what C code prints too, kept with this cell only
-            run = run_backend(backend, inputs, private_inputs=True)     # regenerated per case: no clones needed
+            run = run_backend(factory.declaration, backend, inputs, private_inputs=True)     # regenerated per case: no clones needed
         run.output = "\n".join(filter(None, (run.output, printed.text()))) or None
         del inputs
         if run.outputs is not None:
@@ -111,10 +124,10 @@ class ChildStartError(RuntimeError):
 
 
 class _Child:
-    def __init__(self, name: str):
+    def __init__(self, name: str, path: str):
         self.name = name
         self.conn, child_conn = _CTX.Pipe()
-        self.proc = _CTX.Process(target=_child, args=(name, child_conn), daemon=True,
+        self.proc = _CTX.Process(target=_child, args=(name, path, child_conn), daemon=True,
                                  name=f"backend:{name}")
         self.proc.start()
         child_conn.close()
@@ -162,12 +175,12 @@ class _Child:
         return f"its process exited with code {code}"
 
 
-_CHILDREN: dict[str, _Child] = {}     # least recently used first
+_CHILDREN: dict[str, _Child] = {}     # by import path, least recently used first
 # Live children per process: each holds torch and its backend (~170 MB measured); a run with 67
 # backends kept 134 alive over two workers and filled a 24 GiB machine. The least recently used
 # child beyond this many is stopped; it starts again (seconds) if its backend comes back.
 MAX_LIVE_CHILDREN = 8
-_START_FAILED: dict[str, str] = {}     # backend -> why its child could not load it (not retried per case)
+_START_FAILED: dict[str, str] = {}     # import path -> why its child could not load it (not retried per case)
 
 
 def _stop_all() -> None:
@@ -180,11 +193,11 @@ atexit.register(_stop_all)
 
 
 def can_isolate(backend: Backend, device: str) -> bool:
-    """A backend the child can resolve to the same callable, on the CPU."""
-    if str(device).split(":")[0] != "cpu":
+    """A backend the child can resolve to the same callable (by its import path), on the CPU."""
+    if str(device).split(":")[0] != "cpu" or backend.path is None:
         return False
     try:
-        return resolve(backend.name).fn is backend.fn
+        return resolve_path(backend.name, backend.path).fn is backend.fn
     except BackendNotFound:
         return False
 
@@ -204,37 +217,39 @@ def _wait(child: _Child, timeout: float | None) -> tuple | None:
         return None
 
 
-def run_isolated(backend: Backend, spec: CaseSpec, device: str, *, timeout: float | None) -> BackendRun:
-    """``run_backend`` in the backend's child process; crashes and timeouts become the cell's record."""
-    if backend.name in _START_FAILED:
-        return BackendRun(backend.name, error=_START_FAILED[backend.name])
-    child = _CHILDREN.pop(backend.name, None)
+def run_isolated(backend: Backend, factory: InputFactory, device: str, *, timeout: float | None) -> BackendRun:
+    """``run_backend`` in the backend's child process, on the inputs ``factory`` makes there;
+    crashes and timeouts become the cell's record."""
+    key = backend.path
+    if key in _START_FAILED:
+        return BackendRun(backend.name, error=_START_FAILED[key])
+    child = _CHILDREN.pop(key, None)
     if child is not None:
-        _CHILDREN[backend.name] = child      # now the most recently used
+        _CHILDREN[key] = child      # now the most recently used
     if child is None or not child.alive():
         while len(_CHILDREN) >= MAX_LIVE_CHILDREN:
             _CHILDREN.pop(next(iter(_CHILDREN))).stop()
         try:
-            child = _CHILDREN[backend.name] = _Child(backend.name)
+            child = _CHILDREN[key] = _Child(backend.name, key)
         except ChildStartError as exc:     # every cell of this backend fails with the child's reason
-            _START_FAILED[backend.name] = str(exc)
+            _START_FAILED[key] = str(exc)
             return BackendRun(backend.name, error=str(exc))
     start = time.perf_counter()
     try:
-        child.conn.send(((*spec.sizes, spec.scale, spec.seed, spec.inputs_file), device))
+        child.conn.send((factory, device))
     except (OSError, EOFError):
-        _CHILDREN.pop(backend.name, None)
+        _CHILDREN.pop(key, None)
         return BackendRun(backend.name, error=f"backend {backend.name!r} crashed: {child.death()}",
                           status="crashed")
     started = _wait(child, START_SECONDS)   # inputs are made in the child: not the backend's time
     done = _wait(child, timeout) if started not in (None, TIMED_OUT) else started
     if done is TIMED_OUT and started is not TIMED_OUT:
-        _CHILDREN.pop(backend.name, None)
+        _CHILDREN.pop(key, None)
         return BackendRun(backend.name, error=f"backend {backend.name!r} timed out: no result after {timeout:g} s "
                                               f"(--cell-timeout); its process was killed",
                           seconds=time.perf_counter() - start, status="timed_out")
     if done is None or done is TIMED_OUT:
-        _CHILDREN.pop(backend.name, None)
+        _CHILDREN.pop(key, None)
         return BackendRun(backend.name, error=f"backend {backend.name!r} crashed: {child.death()}",
                           seconds=time.perf_counter() - start, status="crashed")
     run = done[1]

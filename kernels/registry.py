@@ -1,17 +1,37 @@
 """Backends by name, or any callable by import path ``package.module:callable``.
 
-The names are the selected operator's (``Operator.backends``: SwiGLU's torch-eager is its own
-autograd, RMSNorm's its own). Named backends are import paths too, resolved only when asked
+The names are the operator's (``Operator.backends``: SwiGLU's torch-eager is its own
+autograd, RMSNorm's its own), handed in as a value. Named backends are import paths too, resolved only when asked
 for, so a backend whose toolchain is absent (pypto, triton) costs nothing until used.
 """
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import operators
+from contract.operator import Operator
 
+
+# Where SwiGLU's kernels lived before each operator became one folder: a --backend path (or an
+# expectation, a rerun command, a script) written against the old layout resolves to the same
+# callable, with one warning per old module naming the new path.
+MOVED_MODULES = {f"kernels.{m}": f"operators.swiglu_backward.kernels.{m}"
+                 for m in ("plain", "mutants", "torch_autograd", "tiled_emulation", "pypto.backend", "triton.backend")}
+_warned: set[str] = set()
+
+
+def current_path(path: str) -> str:
+    """``path`` (``package.module:callable``) with a module that moved replaced by where it is now."""
+    module, sep, attr = path.partition(":")
+    if module in MOVED_MODULES:
+        if module not in _warned:
+            _warned.add(module)
+            warnings.warn(f"{module} moved to {MOVED_MODULES[module]}; {path} resolves there", FutureWarning,
+                          stacklevel=3)
+        return MOVED_MODULES[module] + sep + attr
+    return path
 
 
 class BackendNotFound(LookupError):
@@ -22,20 +42,29 @@ class BackendNotFound(LookupError):
 class Backend:
     name: str
     fn: Callable
+    path: str | None = None    # "package.module:callable": what another process resolves it by
 
     def __call__(self, **inputs):
         return self.fn(**inputs)
 
 
-def resolve(spec: str) -> Backend:
-    """A registered name or ``package.module:callable``; raises BackendNotFound with the reason."""
-    known = operators.get().backends
+def resolve(operator: Operator, spec: str) -> Backend:
+    """A name registered for ``operator`` or ``package.module:callable``; raises BackendNotFound
+    with the reason."""
+    known = operator.backends
     path = known.get(spec, spec)
     if ":" not in path:
         raise BackendNotFound(
-            f"backend {spec!r} is not registered for operator {operators.selected()!r} "
+            f"backend {spec!r} is not registered for operator {operator.name!r} "
             f"(known: {', '.join(sorted(known))}) "
             f"and is not an import path of the form 'package.module:callable'")
+    return resolve_path(spec, path)
+
+
+def resolve_path(spec: str, path: str) -> Backend:
+    """The callable at ``path`` (``package.module:callable``; an old module path of ``MOVED_MODULES``
+    too) as the backend ``spec``."""
+    path = current_path(path)
     module_name, _, attr = path.partition(":")
     if not module_name or not attr or module_name.startswith("."):
         raise BackendNotFound(f"backend {spec!r}: expected 'package.module:callable' (an absolute module path, "
@@ -54,4 +83,4 @@ def resolve(spec: str) -> Backend:
             raise BackendNotFound(f"backend {spec!r}: module {module_name!r} has no attribute {attr!r}")
     if not callable(fn):
         raise BackendNotFound(f"backend {spec!r}: {path} is {type(fn).__name__}, not callable")
-    return Backend(spec, fn)
+    return Backend(spec, fn, path)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.contract import (BackendUnsupported, ContractError, changed_since, clone_inputs, input_digests,
+from contract.backend import (BackendUnsupported, ContractError, changed_since, clone_inputs, input_digests,
                               mutated_inputs, validate_outputs)
+from contract.operator import Operator
 from kernels.registry import Backend
 from kernels.sealed_state import sealed
 
@@ -126,10 +127,12 @@ class _SigintWatch:
         return False
 
 
-def run_backend(backend: Backend, inputs: Mapping[str, torch.Tensor], *, private_inputs: bool = False) -> BackendRun:
-    """``private_inputs``: the caller discards ``inputs`` after this call (the isolated child
+def run_backend(operator: Operator, backend: Backend, inputs: Mapping[str, torch.Tensor], *,
+                private_inputs: bool = False) -> BackendRun:
+    """``backend`` on ``inputs`` of ``operator``, its outputs checked against the operator's
+    declaration. ``private_inputs``: the caller discards ``inputs`` after this call (the isolated child
     regenerates them per case), so the backend gets them as they are and a write into them is
-    detected by digests (``kernels.contract.input_digests``) instead of against clones: the
+    detected by digests (``contract.backend.input_digests``) instead of against clones: the
     article's case then holds one copy of its 1.6 GB of inputs instead of two."""
     if private_inputs:
         digests, clones = input_digests(inputs), dict(inputs)
@@ -162,7 +165,7 @@ def run_backend(backend: Backend, inputs: Mapping[str, torch.Tensor], *, private
     if leaked:
         return BackendRun(backend.name, error=leaked, seconds=seconds, output=output)
     try:
-        outputs = validate_outputs(backend.name, raw, inputs)
+        outputs = validate_outputs(operator, backend.name, raw, inputs)
         del raw      # the copies are judged; the backend's own buffers go unless it holds them
     except ContractError as exc:
         return BackendRun(backend.name, error=capped(str(exc)), seconds=seconds, output=output)
@@ -172,6 +175,6 @@ def run_backend(backend: Backend, inputs: Mapping[str, torch.Tensor], *, private
     changed = changed_since(digests, clones) if digests is not None else mutated_inputs(inputs, clones)
     if changed:
         return BackendRun(backend.name, error=f"backend {backend.name!r} wrote into its inputs {changed}: a kernel "
-                                              f"must leave x, w_g, w_fc, dy, g, fc untouched", seconds=seconds,
+                                              f"must leave {', '.join(operator.input_names)} untouched", seconds=seconds,
                           output=output)
     return BackendRun(backend.name, outputs=outputs, seconds=seconds, output=output)

@@ -32,10 +32,6 @@ from accuracy.platform_facts import fp32_keeps_subnormals
 # FP32 matmuls on the CPU use BF16 dot products (measured: 2x the error of IEEE at 256 x 256), and
 # once it is set, the legacy ``get_float32_matmul_precision`` raises instead of answering.
 FP32_PRECISION_PATHS = ("", "mkldnn", "mkldnn.matmul", "mkldnn.conv", "cuda.matmul", "cudnn")
-# Read by the framework after start-up (other variables are read once, at import, or are torch's
-# own: TORCHINDUCTOR_CACHE_DIR is set by torch.compile's first call, so the environment as a whole
-# is not sealed)
-FRAMEWORK_ENVIRON = ("ACCURACY_OPERATOR",)
 # Signals whose handler a backend could replace to reach the framework's process later
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGUSR1",
                                               "SIGUSR2", "SIGHUP") if hasattr(signal, n))
@@ -101,9 +97,6 @@ class GlobalState:
     pending_alarm: float = 0.0         # seconds left on an ITIMER_REAL a backend set (signal.alarm)
     stdout: object = None              # sys.stdout / sys.stderr objects: a backend replacing them hides
     stderr: object = None              # every later message of the run
-    framework_environ: tuple = ()      # the environment variables the framework reads while it runs
-                                       # ($ACCURACY_OPERATOR: a backend setting it made every later
-                                       # cell of the process resolve another operator)
 
 
 def capture() -> GlobalState:
@@ -129,7 +122,6 @@ def capture() -> GlobalState:
         pending_alarm=_pending_alarm(),
         stdout=sys.stdout,
         stderr=sys.stderr,
-        framework_environ=tuple((k, os.environ.get(k)) for k in FRAMEWORK_ENVIRON),
     )
 
 
@@ -148,12 +140,6 @@ def restore(state: GlobalState) -> list[str]:
         if _pending_alarm() and not state.pending_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
     sys.stdout, sys.stderr = state.stdout, state.stderr
-    for key, value in state.framework_environ:
-        if os.environ.get(key) != value:
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     torch.set_grad_enabled(state.grad_enabled)
     torch.set_default_dtype(state.default_dtype)
     torch.use_deterministic_algorithms(state.deterministic_algorithms, warn_only=state.deterministic_warn_only)
@@ -213,11 +199,11 @@ def changes(before: GlobalState, after: GlobalState) -> list[str]:
 # replaces the framework's gate would judge itself. Torch's namespaces the golden math calls, and the
 # framework's own modules (not the backends' modules: those may cache compiled kernels in globals).
 TORCH_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.linalg", "torch.special", "numpy")
-FRAMEWORK_PACKAGES = ("accuracy", "goldens", "operators", "cases")
+FRAMEWORK_PACKAGES = ("contract", "accuracy", "goldens", "operators", "cases")
 # Replaced by torch itself on torch.compile's first call (dynamo wraps it; measured with every
 # registered backend: the only such attribute), and no golden draws from global RNG
 TORCH_REPLACES_ITSELF = {("torch", "manual_seed")}
-FRAMEWORK_KERNEL_MODULES = ("kernels.contract", "kernels.runner", "kernels.registry", "kernels.isolated",
+FRAMEWORK_KERNEL_MODULES = ("kernels.runner", "kernels.registry", "kernels.isolated",
                             "kernels.sealed_state")
 
 

@@ -1,39 +1,32 @@
-"""Operators under test. Each is a package whose ``OPERATOR`` is an
-``operators.declaration.Operator``: a registered name (``OPERATORS``) or any importable module
-path (``tests.operators.toy``: an operator that lives outside this folder).
+"""Operators under test. Each is a package whose ``OPERATOR`` is a ``contract.operator.Operator``:
+a registered name (``OPERATORS``) or any importable module path (``tests.operators.toy``: an
+operator that lives outside this folder).
 
-One process validates one operator: the framework's modules read the selected operator when
-they are imported. The selection is ``$ACCURACY_OPERATOR`` (the pytest option ``--operator``
-sets it before anything reads it, and xdist workers and isolated backend processes inherit it);
-the SwiGLU backward is the default, so a run without the option keeps its meaning.
+The framework never reads an operator of its own accord: the edges (the pytest plugin's
+``--operator``, ``python -m reports``, the benchmarks) look one up here by name and hand the
+declaration down as a value, so one process can validate several. The SwiGLU backward is the
+default name, so a run without ``--operator`` keeps its meaning.
 """
 from __future__ import annotations
 
 import importlib
-import os
 
-from operators.declaration import Operator
+from contract.operator import Operator
 
 DEFAULT = "swiglu_backward"
 OPERATORS = {"swiglu_backward": "operators.swiglu_backward",
              "rmsnorm_backward": "operators.rmsnorm_backward"}
-ENV_VAR = "ACCURACY_OPERATOR"
 
 _loaded: dict[str, Operator] = {}
+_keys: dict[str, str] = {}       # Operator.name -> the name or path it was loaded by
 
 
 class OperatorNotFound(LookupError):
     """An operator name that is neither registered nor an importable module with an ``OPERATOR``."""
 
 
-def selected() -> str:
-    """The name this process validates: ``$ACCURACY_OPERATOR``, else the default."""
-    return os.environ.get(ENV_VAR) or DEFAULT
-
-
-def get(name: str | None = None) -> Operator:
-    """The operator ``name`` (default: the selected one), imported once."""
-    name = name or selected()
+def get(name: str = DEFAULT) -> Operator:
+    """The operator ``name`` (a registered name or a module path), imported once."""
     if name not in _loaded:
         path = OPERATORS.get(name, name)
         if path.startswith(".") or "/" in path or "\\" in path:
@@ -50,18 +43,15 @@ def get(name: str | None = None) -> Operator:
         operator = getattr(module, "OPERATOR", None)
         if not isinstance(operator, Operator):
             raise OperatorNotFound(f"operator {name!r}: module {path!r} has no OPERATOR "
-                                   f"(an operators.declaration.Operator)")
+                                   f"(a contract.operator.Operator)")
         _loaded[name] = operator
+        _keys.setdefault(operator.name, name)
     return _loaded[name]
 
 
-def select(name: str) -> Operator:
-    """Make ``name`` this process's operator (and its children's). Refused when this process has
-    already read another one: a framework module's tables would name the other operator's outputs."""
-    current = selected()
-    if current != name and current in _loaded:
-        raise OperatorNotFound(f"operator {name!r}: this process already read operator {current!r}; "
-                               f"select the operator before the framework imports")
-    operator = get(name)
-    os.environ[ENV_VAR] = name
-    return operator
+def key(operator: Operator | str) -> str:
+    """What ``get`` finds ``operator`` by in any process: its registered name, or the module
+    path it was loaded from (an operator outside this folder)."""
+    if isinstance(operator, str):
+        return operator
+    return _keys.get(operator.name, operator.name)

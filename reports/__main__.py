@@ -36,38 +36,43 @@ def csv_main(argv) -> int:
 
 
 def drift_main(argv) -> int:
-    if "--operator" in argv:      # before the study's module reads the operator
-        i = argv.index("--operator")
-        if i + 1 >= len(argv) or not _select(argv[i + 1]):
-            print("error: --operator NAME (a registered operator or an importable package)", file=sys.stderr)
-            return 2
-        argv = argv[:i] + argv[i + 2:]
-    from cases.spec import SCALES
+    import operators
     from reports import drift_study as S
-    parser = argparse.ArgumentParser(prog="python -m reports drift [--operator NAME]",
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--operator", default=operators.DEFAULT)
+    known, _ = pre.parse_known_args(argv)
+    try:
+        ax = S.axes(known.operator)
+    except operators.OperatorNotFound as exc:
+        print(f"error: --operator: {exc}", file=sys.stderr)
+        return 2
+    scales = ax.declaration.scales
+    parser = argparse.ArgumentParser(prog="python -m reports drift",
                                      description="the tile-vs-global drift of every declared schedule against M, "
                                                  "from the goldens alone (reports.drift_study)")
+    parser.add_argument("--operator", default=operators.DEFAULT, metavar="NAME",
+                        help=f"the operator whose schedules are studied (default: {operators.DEFAULT})")
     parser.add_argument("-o", "--out", required=True, help="directory for drift.json, drift.md, drift-db.png, "
                                                             "drift-dw.png")
-    parser.add_argument("--ms", type=int, nargs="+", default=list(S.STUDY_MS), metavar="M")
+    parser.add_argument("--ms", type=int, nargs="+", default=list(ax.ms), metavar="M")
     parser.add_argument("--seeds", type=int, default=S.STUDY_SEEDS)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--profiles", nargs="+", default=list(S.STUDY_PROFILES), choices=sorted(SCALES))
-    parser.add_argument("--shape", default=",".join(map(str, S.STUDY_SHAPE)), metavar="SIZES",
-                        help=f"the sizes after M, comma-separated ({S.shape_label(S.STUDY_SHAPE)} by default: "
+    parser.add_argument("--profiles", nargs="+", default=list(ax.profiles), choices=sorted(scales))
+    parser.add_argument("--shape", default=",".join(map(str, ax.shape)), metavar="SIZES",
+                        help=f"the sizes after M, comma-separated ({ax.shape_label(ax.shape)} by default: "
                              f"drift relative to rms does not depend on them)")
     parser.add_argument("--processes", type=int, default=0, help="worker processes (default: one per CPU)")
     parser.add_argument("--shape-check", action="store_true",
                         help=f"also measure the default schedule's drift at the acceptance case's shape "
-                             f"({S.shape_label(S.ARTICLE_SHAPE)}) beside the study's (3 seeds at M=8192 and 32768)")
+                             f"({ax.shape_label(ax.acceptance_shape)}) beside the study's (3 seeds at M=8192 and 32768)")
     args = parser.parse_args(argv)
     try:
         shape = tuple(int(v) for v in args.shape.split(","))
     except ValueError:
         shape = ()
-    if len(shape) != len(S.STUDY_SHAPE) or min(args.ms) < 1 or args.seeds < 1 or min(shape) < 1:
-        print(f"error: M and seeds must be >= 1, and --shape {len(S.STUDY_SHAPE)} sizes >= 1 "
-              f"(e.g. --shape {','.join(map(str, S.STUDY_SHAPE))})", file=sys.stderr)
+    if len(shape) != len(ax.shape) or min(args.ms) < 1 or args.seeds < 1 or min(shape) < 1:
+        print(f"error: M and seeds must be >= 1, and --shape {len(ax.shape)} sizes >= 1 "
+              f"(e.g. --shape {','.join(map(str, ax.shape))})", file=sys.stderr)
         return 2
     from accuracy.output_paths import OutputPathError, output_folder
     try:
@@ -75,28 +80,18 @@ def drift_main(argv) -> int:
     except OutputPathError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    config = S.StudyConfig(ms=tuple(sorted(set(args.ms))), seeds=args.seeds, first_seed=args.first_seed,
+    config = S.StudyConfig(operator=ax.operator, ms=tuple(sorted(set(args.ms))), seeds=args.seeds, first_seed=args.first_seed,
                            profiles=tuple(args.profiles), shape=shape, processes=args.processes)
     study = S.run(config)
     if args.shape_check:
         start = time.perf_counter()
-        check = S.shape_check(S.ShapeCheck())
+        check = S.shape_check(S.ShapeCheck(operator=ax.operator))
         study["shape_check"] = {"ms": list(check.ms), "seeds": check.seeds, "rows": check.rows,
                                 "wall_s": time.perf_counter() - start}
     paths = S.write(study, args.out)
     print(S.markdown(study))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
-
-
-def _select(name: str) -> bool:
-    import operators
-    try:
-        operators.select(name)
-    except operators.OperatorNotFound as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return False
-    return True
 
 
 def main(argv=None) -> int:

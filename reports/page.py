@@ -94,28 +94,23 @@ def _edges() -> dict:
         return {}
 
 
-def _title() -> str:
-    import operators
-    op = operators.get()
+def _title(op) -> str:
     return f"{op.title or op.name}: accuracy report"
 
 
-def _tile_rows() -> dict[str, int | None]:
+def _tile_rows(op) -> dict[str, int | None]:
     """Each reduction's tile under the operator's default schedule (the drift plots' top axis)."""
     try:
-        import operators
-        from goldens.schedule import default_schedule
-        op, sched = operators.get(), default_schedule()
+        sched = op.schedules.default_schedule()
         return {o: sched.tile_m(op.output(o).kernel) for o in op.reduction_outputs}
     except Exception:   # noqa: BLE001 - the plots lose their tile axis, nothing else
         return {}
 
 
-def _tile_drift(idx: D.Index):
+def _tile_drift(idx: D.Index, op):
     """The default schedule's per-tile drift, as the golden pass recorded it (``reports.tiledrift``)."""
-    from goldens.schedule import default_schedule
     from reports import tiledrift
-    return tiledrift.from_records(idx, default_schedule().name)
+    return tiledrift.from_records(idx, op.schedules.default_schedule().name, op)
 
 
 def _plot_job(job) -> None:
@@ -174,24 +169,24 @@ def _drift_study(out: Path, source, img) -> dict | None:
         return None
     study = json.loads(path.read_text())
     figures = []
-    for fam, name in S.FIGURES.items():
+    ax = S.study_axes(study)
+    for fam, name in S.figures(ax).items():
         png = folder / name
         if png.is_file():
             rel = img(f"study-{fam}")
             shutil.copyfile(png, out / rel)
             figures.append({"family": fam, "src": rel})
     cfg = study["config"]
-    shape = S.shape_label(cfg["shape"]) if "shape" in cfg else f"K={cfg.get('k')}, N={cfg.get('n')}"
+    shape = ax.shape_label(cfg["shape"]) if "shape" in cfg else f"K={cfg.get('k')}, N={cfg.get('n')}"
     return {"figures": figures, "table": S.crossing_table(study), "config": cfg, "shape": shape, "wall_s": study.get("wall_s"),
             "source": str(folder), "shape_check": study.get("shape_check")}
 
 
 # --------------------------------------------------------------------------- render
 
-def _expectations_dir() -> str | None:
-    """Where the known failures of the selected operator live, relative to the project."""
-    import operators
-    folder = operators.get().expectations
+def _expectations_dir(op) -> str | None:
+    """Where the known failures of the operator live, relative to the project."""
+    folder = op.expectations
     if folder is None:
         return None
     try:
@@ -224,14 +219,12 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
         raise FileNotFoundError(f"results directory {results_dir} does not exist")
     data = load_results(results_dir)          # read once: records, manifest and run facts
     # the run's own operator (its manifest's selection): its outputs, schedules and title
-    run_operator = ((data.get("manifest") or {}).get("selection") or {}).get("operator")
-    if run_operator:
-        import operators
-        operators.select(run_operator)
+    import operators
+    op = operators.get(((data.get("manifest") or {}).get("selection") or {}).get("operator") or operators.DEFAULT)
     records = [r for r in data["records"] if isinstance(r, Mapping)]
     platform = D.platform_summary(data.get("manifest"))
     run_info = _run_info(data)
-    idx = D.index(records)
+    idx = D.index(records, op)
     cells = D.verdict_cells(idx)
     counts = D.status_counts(cells, idx.backends)
     details = D.details(idx)
@@ -241,7 +234,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     dual = D.dual_tables(idx)
     diff = None
     if baseline is not None:
-        diff = D.baseline_diff(idx, D.index(load(baseline)))
+        diff = D.baseline_diff(idx, D.index(load(baseline), op))
     timings["data"] = time.perf_counter() - t0
 
     from reports import plots as P
@@ -271,7 +264,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     if any(r.cases for r in vac_rows):
         jobs.append(("vacuity", (vac_rows,), out / img("vacuity")))
         vac_img = images["vacuity"]
-    tiles = _tile_rows()
+    tiles = _tile_rows(op)
     drift_imgs = []
     by_fig: dict[tuple, list] = {}
     for p in panels:
@@ -293,7 +286,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     td, td_why, td_img = None, "", None
     if heatmap:
         try:
-            td, td_why = _tile_drift(idx)
+            td, td_why = _tile_drift(idx, op)
             if td is not None:
                 t0 = time.perf_counter()
                 P.heatmap(td, out / img("tile-drift-heatmap"))
@@ -311,7 +304,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     t0 = time.perf_counter()
     env = environment()
     html = env.get_template("report.html.j2").render(
-        title=title or _title(), results_dir=str(results_dir), baseline_dir=None if baseline is None else str(baseline),
+        title=title or _title(op), results_dir=str(results_dir), baseline_dir=None if baseline is None else str(baseline),
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), n_records=idx.n_records,
         cases=idx.case_list(), backends=idx.backends, outputs=idx.outputs, cells=cells, counts=counts,
         details=details, hist_img=hist_img, attribution=attribution, att_img=att_img,
@@ -319,7 +312,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
         td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.SEED_RTOL,
         seed_atol=D.SEED_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
         sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform, run_info=run_info,
-        dual=dual, dual_limits=RATIO_LIMITS, study=study, expectations_dir=_expectations_dir())
+        dual=dual, dual_limits=RATIO_LIMITS, study=study, expectations_dir=_expectations_dir(op))
     timings["html"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     timings["total CPU"] = time.process_time() - cpu_start

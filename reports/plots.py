@@ -305,12 +305,14 @@ def drift_study(study: dict, family: str, path: Path) -> None:
     bottom the gate's element-wise ratio (fails above 1) for every schedule."""
     from matplotlib.lines import Line2D
 
-    from reports.drift_study import (ARTICLE_M, FAMILIES, KERNEL_OF_FAMILY, declared_schedules, shape_label,
-                                     probabilistic_model)
+    from reports.drift_study import probabilistic_model, study_axes
     from accuracy.bounds import unit_roundoff
+    axes_of = study_axes(study)
+    ARTICLE_M, FAMILIES, KERNEL_OF_FAMILY = axes_of.acceptance_m, axes_of.families, axes_of.kernel_of_family
+    shape_label = axes_of.shape_label
     summary = study["summary"]
     profiles = list(summary)
-    schedules = {s.name: s for s in declared_schedules()}
+    schedules = {s.name: s for s in axes_of.declared_schedules()}
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     with plt.rc_context({"font.size": 10, "axes.titlesize": 11, "legend.fontsize": 10}):
         fig, axes = plt.subplots(2, len(profiles), figsize=(6.0 * len(profiles), 8.6), squeeze=False,

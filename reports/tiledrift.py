@@ -28,11 +28,14 @@ class TileDrift:
     block: int = DEFAULT_BLOCK
 
 
-def from_records(idx, schedule: str) -> tuple[TileDrift | None, str]:
+def from_records(idx, schedule: str, operator=None) -> tuple[TileDrift | None, str]:
     """The heatmap of ``schedule`` (a schedule name) from the records' ``tile_drift``: the largest
-    case that has it, at the acceptance case's scale first. Returns (drift or None, why)."""
-    import operators
-    op = operators.get()
+    case that has it, at the scale of ``operator``'s acceptance case first (default: the
+    registry's default operator). Returns (drift or None, why)."""
+    if operator is None:
+        import operators
+        operator = operators.get()
+    op = operator
     layer = f"tiled:{schedule}"
     found: dict = {}
     for (cid, rec_layer, output, _), rec in idx.goldens.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from operators.declaration import Operator, OutputDecl, TensorDecl
+from contract.operator import Operator, OutputDecl, TensorDecl
 from operators.rmsnorm_backward import gate, golden, profiles, schedule
 
 OPERATOR = Operator(

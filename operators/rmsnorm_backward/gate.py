@@ -30,7 +30,7 @@ import torch
 
 from accuracy.allowance import MIN_NORMAL, U_BF16, U_FP32, Allowance, tail_sigmas
 from accuracy.bounds import gamma, reduction_bound, unit_roundoff
-from operators.declaration import ChunkGolden
+from contract.operator import ChunkGolden
 
 LEGITIMATE_CHOICES = (
     "FP32 math, rstd saved by the forward or recomputed in FP32",

@@ -24,7 +24,7 @@ import torch
 
 from accuracy.term_sums import ReductionTermSums
 from accuracy.ulp import bf16_spacing
-from operators.declaration import ChunkGolden
+from contract.operator import ChunkGolden
 from operators.rmsnorm_backward.math import backward_rows
 
 U_FP32 = 2.0 ** -24

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from operators.declaration import Operator, OutputDecl, TensorDecl
+from contract.operator import Operator, OutputDecl, TensorDecl
 from operators.swiglu_backward import gate, golden, profiles, schedule
 
 OPERATOR = Operator(
@@ -31,14 +31,14 @@ OPERATOR = Operator(
     range_cases=profiles.RANGE_CASES,
     title="SwiGLU backward",
     backends={
-        "torch-eager": "kernels.torch_autograd:torch_eager",
-        "torch-compile": "kernels.torch_autograd:torch_compile",
-        "pypto": "kernels.pypto.backend:pypto_article",
-        "pypto-hardened": "kernels.pypto.backend:pypto_hardened",
-        "triton": "kernels.triton.backend:triton_deterministic",
-        "triton-atomic": "kernels.triton.backend:triton_atomic",
-        "triton-article": "kernels.triton.backend:triton_article",
-        "tiled-emulation": "kernels.tiled_emulation:tiled_emulation",
+        "torch-eager": "operators.swiglu_backward.kernels.torch_autograd:torch_eager",
+        "torch-compile": "operators.swiglu_backward.kernels.torch_autograd:torch_compile",
+        "pypto": "operators.swiglu_backward.kernels.pypto.backend:pypto_article",
+        "pypto-hardened": "operators.swiglu_backward.kernels.pypto.backend:pypto_hardened",
+        "triton": "operators.swiglu_backward.kernels.triton.backend:triton_deterministic",
+        "triton-atomic": "operators.swiglu_backward.kernels.triton.backend:triton_atomic",
+        "triton-article": "operators.swiglu_backward.kernels.triton.backend:triton_article",
+        "tiled-emulation": "operators.swiglu_backward.kernels.tiled_emulation:tiled_emulation",
     },
     default_backends=("pypto", "torch-eager"),   # the article's kernel beside PyTorch's own
     expectations=Path(__file__).parent / "expectations",

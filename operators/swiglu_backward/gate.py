@@ -33,7 +33,8 @@ import torch
 
 from accuracy.allowance import MIN_NORMAL, U_BF16, U_FP32, Allowance, tail_sigmas, term_roundings
 from accuracy.bounds import gamma, reduction_bound, unit_roundoff
-from operators.declaration import REDUCTION_BLOCK, ChunkGolden, row_product
+from contract.operator import ChunkGolden
+from goldens.blocks import REDUCTION_BLOCK, row_product
 from operators.swiglu_backward.terms import RowTerms, TermSums
 
 # dg = (dy*fc) * s*(1 + g*(1-s)) with s = sigmoid(g): about 8 roundings in the math dtype,

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 import torch
 
 from goldens.rounding import round_to
-from operators.declaration import ROUNDED_TERMS, ChunkGolden, blocks, row_product
+from contract.operator import ROUNDED_TERMS, ChunkGolden
+from goldens.blocks import blocks, row_product
 from operators.swiglu_backward.math import elementwise
 from operators.swiglu_backward.terms import TermSums
 

@@ -10,7 +10,7 @@ Two records describe a kernel variant without new code:
   which the cross-tile accumulation of db and dw happens (the output buffer's
   dtype when the kernel does ``out[:] = out + cast(partial)``).
 
-A kernel's schedule lives next to the kernel (``kernels/pypto/schedule.py``
+A kernel's schedule lives next to the kernel (``operators/swiglu_backward/kernels/pypto/schedule.py``
 for the article's kernels); goldens only read it.
 """
 from __future__ import annotations
@@ -140,16 +140,57 @@ FAITHFUL_GLOBAL = TiledSchedule(name="faithful", tile_m_b=None, tile_m_w=None, t
                                 db_accumulator=torch.float32, dw_accumulator=torch.float32, plan=BF16_FAITHFUL)
 
 
+# The article's schedule for the three PyPTO kernels: the one source of truth for their tile sizes
+# and accumulator dtypes, read by the kernels and by the tiled golden. Numbers from the article
+# (PyPTO-Gym fused_swiglu_grad): tile_m 1024 for b and x, 2048 for w (its [K,N] output makes fewer,
+# wider tiles cheaper); db and dw accumulate in place into their zeroed BF16 outputs,
+# ``out[:] = out + cast(partial, BF16)``.
+ARTICLE = TiledSchedule(
+    name="article",
+    tile_m_b=1024, tile_m_w=2048, tile_m_x=1024,
+    db_accumulator=torch.bfloat16, dw_accumulator=torch.bfloat16,
+    plan=RoundingPlan(sigmoid="exp_ratio"),
+)
+
+# The hardened variant: stable sigmoid and FP32 accumulators for db and dw,
+# rounded to BF16 once after the last tile.
+HARDENED = TiledSchedule(
+    name="hardened",
+    tile_m_b=1024, tile_m_w=2048, tile_m_x=1024,
+    db_accumulator=torch.float32, dw_accumulator=torch.float32,
+    plan=RoundingPlan(sigmoid="stable"),
+)
+
+
+# PyTorch's dtype path, declared so its goldens replay it. Autograd of silu(g) * fc in BF16
+# materialises dy*fc (the gradient reaching silu) and silu(g) (saved by the forward) as BF16
+# tensors; dg/dfc are stored in BF16 and summed as stored for db; each matmul is rounded to
+# BF16, so dx's two products are rounded before their (BF16) sum; one global FP32
+# accumulation per reduction.
+TORCH_BF16 = TiledSchedule(
+    name="torch-bf16", tile_m_b=None, tile_m_w=None, tile_m_x=None,
+    db_accumulator=torch.float32, dw_accumulator=torch.float32,
+    plan=RoundingPlan(store={**BF16_FAITHFUL.store, "dy_fc": torch.bfloat16, "silu_g": torch.bfloat16,
+                             "dx_product": torch.bfloat16}, db_input="stored", dg_order="torch"),
+)
+
+# Inductor fuses the elementwise backward into FP32 code that rounds once on store (no
+# BF16 dy*fc or silu(g)); the bias sums read the stored BF16 dg/dfc (measured: db equals
+# the FP32 sum of the stored dg bit for bit); matmuls are BF16, each rounded.
+TORCH_COMPILE_BF16 = TiledSchedule(
+    name="torch-compile-bf16", tile_m_b=None, tile_m_w=None, tile_m_x=None,
+    db_accumulator=torch.float32, dw_accumulator=torch.float32,
+    plan=RoundingPlan(store={**BF16_FAITHFUL.store, "dx_product": torch.bfloat16}, db_input="stored"),
+)
+
+
 def default_schedule() -> TiledSchedule:
     """The schedule of a backend that declares none: the article's (diagnosis only; the verdict
     never reads a declaration)."""
-    from kernels.pypto.schedule import ARTICLE    # here: kernels.pypto.schedule imports this module
     return ARTICLE
 
 
 def study_schedules() -> list[TiledSchedule]:
     """The schedules the drift study compares (``reports.drift_study``): the article's (BF16
     accumulators), the hardened one (FP32 accumulators) and PyTorch's path (one global FP32 sum)."""
-    from kernels.pypto.schedule import ARTICLE, HARDENED
-    from kernels.torch_autograd import TORCH_BF16
     return [ARTICLE, HARDENED, TORCH_BF16]

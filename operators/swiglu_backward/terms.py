@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from accuracy.term_sums import ReductionTermSums, accumulate
-from operators.declaration import REDUCTION_BLOCK, blocks, row_product
+from goldens.blocks import REDUCTION_BLOCK, blocks, row_product
 from accuracy.ulp import bf16_spacing
 from goldens.rounding import round_to
 from operators.swiglu_backward import math as swiglu

@@ -5,7 +5,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from reports.data.records import Index, finite, metrics_of, num, operator_outputs
+from reports.data.records import Index, finite, metrics_of, num
 
 
 @dataclass
@@ -42,7 +42,7 @@ def drift_panels(idx: Index, outputs: Sequence[str] | None = None, *, normalise:
     changes with M in the seed profile, randn/sqrt(M)) does not hide the growth with the tile count.
     ``outputs``: the operator's reductions over M unless given."""
     if outputs is None:
-        outputs = operator_outputs()[1]
+        outputs = idx.reductions
     groups: dict[tuple, dict[tuple, dict]] = defaultdict(lambda: defaultdict(dict))
     meta: dict[tuple, dict] = {}
     flags: dict[tuple, dict[tuple, dict]] = defaultdict(lambda: defaultdict(lambda: {"nonfinite": set(), "zeros": set()}))
@@ -95,7 +95,7 @@ def drift_panels(idx: Index, outputs: Sequence[str] | None = None, *, normalise:
 
     kind_order = {"tile_order": 0, "storage": 1, "backend": 2, "bound": 3}
     panels = []
-    order = operator_outputs()[0]
+    order = idx.outputs
     for key in sorted(set(groups) | set(flags), key=lambda k: (order.index(k[0]) if k[0] in order else 99,
                                                                tuple(v or 0 for _, v in k[1]), k[2])):
         output, shape, scale = key

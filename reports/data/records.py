@@ -12,19 +12,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from accuracy.results import from_json_number
-from cases import case_id
+from contract import records as case_id
+from contract.records import FAILING, GOLDEN_PREFIX, GOLDENS, VERDICT_STATUSES  # noqa: F401  (the data layer's names)
 
 
-def operator_outputs() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The operator's outputs in its declared order, and those reduced over M (the drift panels)."""
-    import operators     # torch: imported once a report reads records, not by this module's readers
-    op = operators.get()
-    return op.output_names, op.reduction_outputs
+def operator_outputs(operator=None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The outputs of ``operator`` (a ``contract.operator.Operator``; default: the registry's default
+    operator, the SwiGLU backward) in its declared order, and those reduced over M (the drift panels)."""
+    if operator is None:
+        import operators     # torch: imported once a report reads records, not by this module's readers
+        operator = operators.get()
+    return operator.output_names, operator.reduction_outputs
 
-GOLDENS = ("reference", "fp64", "faithful", "tiled")
-VERDICT_STATUSES = ("pass", "fail", "expected_failure", "unexpected_pass", "skipped", "error")
-FAILING = ("fail", "error", "unexpected_pass")
-GOLDEN_PREFIX = "golden:"
 # The article's gate (numpy.testing.assert_allclose(rtol=1/128, atol=1e-4)).
 SEED_RTOL, SEED_ATOL = 1 / 128, 1e-4
 
@@ -125,12 +124,16 @@ class Index:
     cell_status: dict[tuple[str, str], dict]  # (case, backend) -> the "*" record of a skip / error
     goldens: dict[tuple[str, str, str, str], dict]     # (case, golden layer, output, reference) -> record
     n_records: int = 0
+    reductions: tuple[str, ...] = ()          # the operator's outputs reduced over M (the drift panels)
 
     def case_list(self) -> list[Case]:
         return sorted(self.cases.values(), key=lambda c: c.sort_key)
 
 
-def index(records: Iterable[Mapping]) -> Index:
+def index(records: Iterable[Mapping], operator=None) -> Index:
+    """``operator``: whose outputs the records hold (their order, which are reductions); default
+    the registry's default operator."""
+    order, reductions = operator_outputs(operator)
     cases: dict[str, Case] = {}
     backends: list[str] = []
     outputs: list[str] = []
@@ -156,4 +159,4 @@ def index(records: Iterable[Mapping]) -> Index:
         by_golden[(case.id, backend, output, golden)] = rec
         if rec.get("gated"):
             gated[(case.id, backend, output)] = rec
-    return Index(cases, backends, _order(outputs, operator_outputs()[0]), gated, by_golden, cell_status, goldens, n)
+    return Index(cases, backends, _order(outputs, order), gated, by_golden, cell_status, goldens, n, tuple(reductions))

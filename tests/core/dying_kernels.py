@@ -2,7 +2,7 @@
 for the Ray launcher's lost-shard test."""
 import os
 
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 
 
 def die_at_m2(**inputs):

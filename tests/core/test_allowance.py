@@ -8,13 +8,14 @@ import torch
 from accuracy import allowance
 from operators.swiglu_backward import gate as swiglu_gate
 from accuracy.metrics import ErrorStats
-from accuracy.tolerances import TOLERANCES
+from accuracy.tolerances import tolerances_for
 from accuracy.ulp import bf16_spacing
 from cases.evaluate import evaluate_case
 from cases.spec import CaseSpec, make_inputs
 from operators.swiglu_backward.terms import TermSums
-from kernels import plain
+from operators.swiglu_backward.kernels import plain
 from kernels.registry import Backend, resolve
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 
 def _products(n: int, seed: int) -> torch.Tensor:
@@ -109,12 +110,12 @@ def test_the_detection_floor_is_the_smallest_uniform_error_the_element_wise_gate
     model = swiglu_gate.elementwise(exact)
 
     def stats(actual):
-        st = ErrorStats(TOLERANCES["dg"], (64, 256))
+        st = ErrorStats(tolerances_for(SWIGLU)["dg"], (64, 256))
         st.update(actual, reference, allowance=model.vs_reference, exact=exact, noise_var=model.noise_var)
         return st.finalize()
 
     floor = stats(reference)["detection_floor"]
-    assert floor > TOLERANCES["dg"].rtol          # above rtol by construction
+    assert floor > tolerances_for(SWIGLU)["dg"].rtol          # above rtol by construction
     assert stats(reference * (1 + 1.01 * floor))["mismatches"] > 0
     assert stats(reference * (1 + 0.99 * floor))["mismatches"] == 0
 
@@ -127,7 +128,7 @@ def test_aggregate_tests_catch_what_no_element_shows():
     model = swiglu_gate.elementwise(exact)
 
     def stats(actual):
-        st = ErrorStats(TOLERANCES["dg"], (256, 256))
+        st = ErrorStats(tolerances_for(SWIGLU)["dg"], (256, 256))
         st.update(actual, exact.bfloat16().double(), allowance=model.vs_reference, exact=exact,
                   noise_var=model.noise_var)
         return st.finalize()
@@ -164,7 +165,7 @@ def test_correct_kernels_that_declare_nothing_pass_and_wrong_ones_fail_by_name(s
     ULP at M1023 saturating, under the old gate) pass; torch-eager too; BF16 math fails even though
     it declares BF16 math."""
     wrong = [Backend(n, f) for n, f in plain.WRONG.items()]
-    out = evaluate_case(spec, [resolve("torch-eager"), *CORRECT_UNDECLARED, *wrong])
+    out = evaluate_case(spec, [resolve(SWIGLU, "torch-eager"), *CORRECT_UNDECLARED, *wrong])
     for b in ["torch-eager", *(k.name for k in CORRECT_UNDECLARED)]:
         failed = [v.message for v in out.verdicts[b].values() if not v.passed]
         assert not failed, failed
@@ -181,7 +182,7 @@ def test_dx_and_dw_are_tested_for_the_share_upward_only():
     85% of torch-eager's counted dw_g errors are toward zero, beyond the 75% the direction test
     allows. dw and dx are tested for the share upward only, which stays near half."""
     spec = CaseSpec(2, 512, 1024, "cancellation", 0)
-    out = evaluate_case(spec, [resolve("torch-eager"), Backend("stores_every_intermediate",
+    out = evaluate_case(spec, [resolve(SWIGLU, "torch-eager"), Backend("stores_every_intermediate",
                                                                plain.stores_every_intermediate)])
     for b in ("torch-eager", "stores_every_intermediate"):
         assert all(v.passed for v in out.verdicts[b].values()), [v.message for v in out.verdicts[b].values()]

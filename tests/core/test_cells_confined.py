@@ -15,6 +15,7 @@ from kernels import isolated
 from kernels.registry import Backend, resolve
 from kernels.runner import TEXT_CAP, run_backend
 from cases.spec import make_inputs
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 SPEC = CaseSpec(2, 96, 200, "unit", 0)
 
@@ -23,7 +24,7 @@ MODULE = textwrap.dedent("""
     if multiprocessing.current_process().name != "MainProcess":
         raise RuntimeError("this module refuses to load in a child process")
 
-    from kernels.torch_autograd import torch_eager
+    from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 
     def kernel(**inputs):
         return torch_eager(**inputs)
@@ -69,7 +70,7 @@ def plugin_dir(tmp_path, monkeypatch):
 
 
 def test_an_import_that_fails_in_the_child_fails_that_backend_only(plugin_dir):
-    backends = [resolve("refuses_child:kernel"), resolve("torch-eager")]
+    backends = [resolve(SWIGLU, "refuses_child:kernel"), resolve(SWIGLU, "torch-eager")]
     outcome = evaluate_case(SPEC, backends, isolate=True, benchmark=None)
     error = outcome.runs["refuses_child:kernel"].error
     assert error and "does not load in its own process" in error and "refuses to load" in error, error
@@ -78,30 +79,30 @@ def test_an_import_that_fails_in_the_child_fails_that_backend_only(plugin_dir):
 
 def test_printed_megabytes_stay_with_their_cell_and_are_capped(plugin_dir):
     for isolate in (True, False):
-        outcome = evaluate_case(SPEC, [resolve("loads_anywhere:prints")], isolate=isolate, benchmark=None)
+        outcome = evaluate_case(SPEC, [resolve(SWIGLU, "loads_anywhere:prints")], isolate=isolate, benchmark=None)
         output = outcome.runs["loads_anywhere:prints"].output
         assert output and "characters left out" in output and len(output) < 2 * TEXT_CAP + 200, (isolate, len(output))
 
 
 def test_a_megabyte_exception_message_is_capped(plugin_dir):
-    run = run_backend(resolve("loads_anywhere:long_message"), make_inputs(SPEC))
+    run = run_backend(SWIGLU, resolve(SWIGLU, "loads_anywhere:long_message"), make_inputs(SPEC))
     assert "ValueError" in run.error and "characters left out" in run.error and len(run.error) < 3 * TEXT_CAP
 
 
 def test_a_keyboard_interrupt_of_the_backend_fails_its_cell_only(plugin_dir):
-    run = run_backend(resolve("loads_anywhere:interrupts"), make_inputs(SPEC))
+    run = run_backend(SWIGLU, resolve(SWIGLU, "loads_anywhere:interrupts"), make_inputs(SPEC))
     assert run.error and "KeyboardInterrupt itself" in run.error
 
 
 def test_a_real_ctrl_c_during_a_backend_still_stops_the_run(plugin_dir):
     with pytest.raises(KeyboardInterrupt):
-        run_backend(resolve("loads_anywhere:ctrl_c"), make_inputs(SPEC))
+        run_backend(SWIGLU, resolve(SWIGLU, "loads_anywhere:ctrl_c"), make_inputs(SPEC))
 
 
 def test_processes_a_backend_forks_die_with_its_child(plugin_dir, tmp_path, monkeypatch):
     pid_file = tmp_path / "forked.pid"
     monkeypatch.setenv("FORKED_PID_FILE", str(pid_file))
-    outcome = evaluate_case(SPEC, [resolve("loads_anywhere:forks")], isolate=True, benchmark=None)
+    outcome = evaluate_case(SPEC, [resolve(SWIGLU, "loads_anywhere:forks")], isolate=True, benchmark=None)
     assert outcome.runs["loads_anywhere:forks"].error is None
     pid = int(pid_file.read_text())
     os.kill(pid, 0)                      # alive while the child is
@@ -119,7 +120,7 @@ def test_processes_a_backend_forks_die_with_its_child(plugin_dir, tmp_path, monk
 
 def test_live_children_are_capped_least_recently_used_first(plugin_dir, monkeypatch):
     monkeypatch.setattr(isolated, "MAX_LIVE_CHILDREN", 2)
-    names = ["torch-eager", "loads_anywhere:kernel", "kernels.plain:plain"]
-    outcome = evaluate_case(SPEC, [resolve(n) for n in names], isolate=True, benchmark=None)
+    names = ["torch-eager", "loads_anywhere:kernel", "operators.swiglu_backward.kernels.plain:plain"]
+    outcome = evaluate_case(SPEC, [resolve(SWIGLU, n) for n in names], isolate=True, benchmark=None)
     assert all(outcome.runs[n].error is None for n in names)
     assert list(isolated._CHILDREN) == names[1:]

@@ -5,12 +5,13 @@ import torch
 from kernels.contract import ContractError, validate_inputs, validate_outputs
 from kernels.registry import Backend, BackendNotFound, resolve
 from kernels.runner import run_backend
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 from tests.core.helpers import tiny_inputs
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 
 def test_valid_inputs_give_dims():
-    assert validate_inputs(tiny_inputs(5, 3, 4)) == (5, 3, 4)
+    assert validate_inputs(SWIGLU, tiny_inputs(5, 3, 4)) == (5, 3, 4)
 
 
 @pytest.mark.parametrize("mutate, match", [
@@ -24,13 +25,13 @@ def test_bad_inputs_are_named(mutate, match):
     inputs = tiny_inputs()
     mutate(inputs)
     with pytest.raises(ContractError, match=match):
-        validate_inputs(inputs)
+        validate_inputs(SWIGLU, inputs)
 
 
 def test_m_zero_is_a_clear_error():
     inputs = {k: v[:0] if k in ("x", "dy", "g", "fc") else v for k, v in tiny_inputs().items()}
     with pytest.raises(ContractError, match="M = 0"):
-        validate_inputs(inputs)
+        validate_inputs(SWIGLU, inputs)
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
@@ -38,20 +39,20 @@ def test_nonfinite_inputs_are_rejected_with_their_index(value):
     inputs = tiny_inputs()
     inputs["fc"][2, 1] = value
     with pytest.raises(ContractError, match=r"input 'fc' holds 1 non-finite values \(first at index \(2, 1\)"):
-        validate_inputs(inputs)
+        validate_inputs(SWIGLU, inputs)
 
 
 def test_outputs_checked_by_name_shape_dtype():
     inputs = tiny_inputs()
     good = torch_eager(**inputs)
     with pytest.raises(ContractError, match=r"backend 'k' did not return \['dx'\]"):
-        validate_outputs("k", {n: t for n, t in good.items() if n != "dx"}, inputs)
+        validate_outputs(SWIGLU, "k", {n: t for n, t in good.items() if n != "dx"}, inputs)
     with pytest.raises(ContractError, match=r"backend 'k' output 'db_g' has shape \(4,\), expected \(1, 4\)"):
-        validate_outputs("k", {**good, "db_g": good["db_g"].reshape(-1)}, inputs)
+        validate_outputs(SWIGLU, "k", {**good, "db_g": good["db_g"].reshape(-1)}, inputs)
     with pytest.raises(ContractError, match="backend 'k' output 'dw_g' has dtype torch.float16"):
-        validate_outputs("k", {**good, "dw_g": good["dw_g"].half()}, inputs)
+        validate_outputs(SWIGLU, "k", {**good, "dw_g": good["dw_g"].half()}, inputs)
     with pytest.raises(ContractError, match="backend 'k' returned tuple"):
-        validate_outputs("k", tuple(good.values()), inputs)
+        validate_outputs(SWIGLU, "k", tuple(good.values()), inputs)
 
 
 def _raising(**_):
@@ -65,14 +66,14 @@ def _mutating(**inputs):
 
 
 def test_runner_keeps_a_raising_backend_as_data():
-    run = run_backend(Backend("boom", _raising), tiny_inputs())
+    run = run_backend(SWIGLU, Backend("boom", _raising), tiny_inputs())
     assert not run.ok and "backend 'boom' raised RuntimeError: kernel launch failed" in run.error
 
 
 def test_runner_detects_input_mutation_and_protects_the_originals():
     inputs = tiny_inputs()
     before = inputs["dy"].clone()
-    run = run_backend(Backend("mut", _mutating), inputs)
+    run = run_backend(SWIGLU, Backend("mut", _mutating), inputs)
     assert not run.ok and "wrote into its inputs ['dy']" in run.error
     assert torch.equal(inputs["dy"], before)
 
@@ -86,17 +87,17 @@ def _flips_one_bit(**inputs):
 @pytest.mark.parametrize("fn, name", [(_mutating, "dy"), (_flips_one_bit, "w_fc")])
 def test_private_inputs_are_checked_by_digest_without_a_copy(fn, name):
     """The isolated child's mode: no clones, a write still named (the inputs are discarded after)."""
-    run = run_backend(Backend("mut", fn), tiny_inputs(), private_inputs=True)
+    run = run_backend(SWIGLU, Backend("mut", fn), tiny_inputs(), private_inputs=True)
     assert not run.ok and f"wrote into its inputs ['{name}']" in run.error
-    assert run_backend(Backend("ok", torch_eager), tiny_inputs(), private_inputs=True).ok
+    assert run_backend(SWIGLU, Backend("ok", torch_eager), tiny_inputs(), private_inputs=True).ok
 
 
 def test_registry_resolves_names_and_import_paths():
-    assert resolve("torch-eager").fn is torch_eager
-    assert resolve("kernels.torch_autograd:torch_eager").fn is torch_eager
+    assert resolve(SWIGLU, "torch-eager").fn is torch_eager
+    assert resolve(SWIGLU, "operators.swiglu_backward.kernels.torch_autograd:torch_eager").fn is torch_eager
     with pytest.raises(BackendNotFound, match="not registered"):
-        resolve("no-such-backend")
+        resolve(SWIGLU, "no-such-backend")
     with pytest.raises(BackendNotFound, match="cannot import module"):
-        resolve("no_such_pkg.mod:fn")
+        resolve(SWIGLU, "no_such_pkg.mod:fn")
     with pytest.raises(BackendNotFound, match="has no attribute"):
-        resolve("kernels.torch_autograd:nope")
+        resolve(SWIGLU, "operators.swiglu_backward.kernels.torch_autograd:nope")

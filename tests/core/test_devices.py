@@ -7,6 +7,7 @@ from cases.devices import describe, golden_device, worker_device
 from cases.evaluate import evaluate_case, records_for
 from cases.spec import CaseSpec
 from kernels.registry import resolve
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 
 def test_each_worker_gets_its_own_visible_device():
@@ -26,7 +27,7 @@ def test_goldens_stay_on_the_host_where_the_device_has_no_fp64():
 
 def test_goldens_elsewhere_give_the_same_verdicts():
     """The move to the golden device (here another name of the host) changes no number."""
-    spec, backends = CaseSpec(1025, 96, 200, "seed", 0), [resolve("torch-eager"), resolve("tiled-emulation")]
+    spec, backends = CaseSpec(1025, 96, 200, "seed", 0), [resolve(SWIGLU, "torch-eager"), resolve(SWIGLU, "tiled-emulation")]
     same = evaluate_case(spec, backends, benchmark=None)
     moved = evaluate_case(spec, backends, golden_device="cpu:0", benchmark=None)
     for b in backends:

@@ -8,8 +8,9 @@ import torch
 
 from accuracy.dual import (REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL, dual_verdict, dual_verdicts, ratio)
 from accuracy.metrics import SLICE_ELEMENTS, ErrorStats
-from accuracy.tolerances import TOLERANCES
+from accuracy.tolerances import tolerances_for
 from accuracy.ulp import bf16_spacing
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 
 def _msprobe_metrics(actual: torch.Tensor, golden: torch.Tensor) -> dict:
@@ -33,7 +34,7 @@ def test_dual_metrics_follow_msprobe_formulas_across_slices():
     golden = torch.randn(rows, 256, generator=gen, dtype=torch.float64) * torch.exp2(
         torch.randint(-14, 2, (rows, 256), generator=gen).double())          # small and normal values
     actual = (golden * (1 + 2.0 ** -8 * torch.randn(rows, 256, generator=gen, dtype=torch.float64))).to(torch.bfloat16)
-    st = ErrorStats(TOLERANCES["dg"], (rows, 256), dual=True)
+    st = ErrorStats(tolerances_for(SWIGLU)["dg"], (rows, 256), dual=True)
     st.update(actual, golden)
     got = st.finalize()["dual"]
     want = _msprobe_metrics(actual, golden)

@@ -16,9 +16,10 @@ from accuracy.platform_facts import FACT_VALUES, SHAPE_DEPENDENT
 from cases import expectations as E
 from cases.evaluate import evaluate_case
 from cases.spec import CaseSpec
-from kernels.mutants import MUTANTS
+from operators.swiglu_backward.kernels.mutants import MUTANTS
+from operators.swiglu_backward import OPERATOR as SWIGLU
 from kernels.registry import Backend
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 
 FLUSHING = {"bf16_gemm_keeps_subnormals": False, "fp32_keeps_subnormals": True}
 KEEPING = {"bf16_gemm_keeps_subnormals": True, "fp32_keeps_subnormals": True}
@@ -47,7 +48,7 @@ def test_a_condition_holds_exactly_where_the_measured_fact_has_its_value(fact):
 
 
 def test_the_torch_tiny_entries_apply_only_where_the_bf16_gemm_flushes():
-    entries = E.load()
+    entries = E.load(SWIGLU)
     for value in FACT_VALUES["bf16_gemm_keeps_subnormals"]:
         facts = {**KEEPING, "bf16_gemm_keeps_subnormals": value}
         for output in ("dw_g", "dw_fc", "dx"):
@@ -106,7 +107,7 @@ def test_malformed_entries_are_refused_by_the_loader(bad, message):
 
 def _judge_case(spec: CaseSpec, name: str, fn, facts: dict) -> dict[str, E.Judgement]:
     outcome = evaluate_case(spec, [Backend(name, fn)])
-    entries = E.load()
+    entries = E.load(SWIGLU)
     metrics = outcome.comparison["backends"][name]
     return {o: E.judge_output(entries, name, spec.id, o, v.golden, v.passed, metrics[o][v.golden], facts=facts)
             for o, v in outcome.verdicts[name].items()}
@@ -143,7 +144,7 @@ def test_an_all_zero_kernel_named_pypto_fails_the_saturating_case():
     """The article's kernel is NaN at saturating g (pypto.toml#0); zeros under its name are not
     that failure: every output fails, none as expected."""
     spec = CaseSpec(1, 96, 200, "saturating", 0)
-    entries = E.load()
+    entries = E.load(SWIGLU)
     covered = [o for o in ("dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx")
                if E.find(entries, "pypto", spec.id, o, "reference", "cpu", KEEPING)]
     assert covered, "pypto.toml has no bounded saturating entry to test against"
@@ -160,14 +161,16 @@ def test_measured_size_of_an_all_zero_golden():
 
 
 def test_shape_dependent_is_a_value_no_entry_is_conditioned_on():
-    assert all(SHAPE_DEPENDENT not in e.when.values() for e in E.load())
+    assert all(SHAPE_DEPENDENT not in e.when.values() for e in E.load(SWIGLU))
 
 
 def test_a_backend_pattern_matches_only_registered_names():
     """``torch-*`` excuses torch-eager and torch-compile, never a user's import path that starts
     the same way (a folder named torch-mine on PYTHONPATH)."""
     from cases.expectations import backend_matches
-    assert backend_matches("torch-*", "torch-eager") and backend_matches("torch-*", "torch-compile")
-    assert not backend_matches("torch-*", "torch-mine:zero_dx")
-    assert not backend_matches("torch-*", "torch-eager2")
-    assert backend_matches("mine:zero_dx", "mine:zero_dx")
+    registered = tuple(SWIGLU.backends)
+    assert backend_matches("torch-*", "torch-eager", registered) and backend_matches("torch-*", "torch-compile", registered)
+    assert not backend_matches("torch-*", "torch-mine:zero_dx", registered)
+    assert not backend_matches("torch-*", "torch-eager2", registered)
+    assert backend_matches("mine:zero_dx", "mine:zero_dx", registered)
+    assert not backend_matches("torch-*", "torch-eager", ())     # another operator's names match nothing

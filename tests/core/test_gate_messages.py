@@ -7,7 +7,7 @@ import torch
 from cases.evaluate import evaluate_case
 from cases.spec import CaseSpec
 from kernels.registry import Backend
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 
 
 def _dg_wrong(**inputs):

@@ -7,8 +7,9 @@ import torch
 from goldens.layers import bf16_faithful, fp64_ideal, tiled_emulation
 from operators.swiglu_backward.schedule import BF16_FAITHFUL, FP64_GLOBAL, RoundingPlan, TiledSchedule
 from goldens.stream import GoldenPass
-from kernels.pypto.schedule import ARTICLE
+from operators.swiglu_backward.schedule import ARTICLE
 from tests.core.helpers import case_inputs, tiny_inputs
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 SAME_PLAN = TiledSchedule(name="same-plan", plan=BF16_FAITHFUL)   # the article's tiles, the faithful plan
 
@@ -28,7 +29,7 @@ def by_hand(inp):
 
 def test_fp64_ideal_matches_the_formula_by_hand():
     inp = tiny_inputs()
-    got, want = fp64_ideal(inp), by_hand(inp)
+    got, want = fp64_ideal(SWIGLU, inp), by_hand(inp)
     for name, ref in want.items():
         assert got[name].dtype == torch.float64
         torch.testing.assert_close(got[name], ref, rtol=1e-12, atol=1e-15)
@@ -38,7 +39,7 @@ def test_fp64_ideal_single_element():
     one = {k: torch.ones(1, 1, dtype=torch.bfloat16) for k in ("x", "w_g", "w_fc", "dy", "g", "fc")}
     s = 1 / (1 + math.exp(-1))
     dg, dfc = s * (1 + (1 - s)), s
-    out = fp64_ideal(one)
+    out = fp64_ideal(SWIGLU, one)
     assert out["dg"].item() == pytest.approx(dg, rel=1e-15)
     assert out["dfc"].item() == pytest.approx(dfc, rel=1e-15)
     assert out["dx"].item() == pytest.approx(dg + dfc, rel=1e-15)
@@ -47,14 +48,14 @@ def test_fp64_ideal_single_element():
 
 def test_faithful_rounds_dg_before_the_w_and_x_kernels():
     inp = tiny_inputs(m=7, k=3, n=5)
-    out = bf16_faithful(inp)
+    out = bf16_faithful(SWIGLU, inp)
     for name in out:   # every output of the BF16 path is a BF16 value
         assert torch.equal(out[name], out[name].to(torch.bfloat16).float()), name
     dg_stored = out["dg"]                   # already BF16 values
     dw_expected = (inp["x"].float().t() @ dg_stored).to(torch.bfloat16).float()
     assert torch.equal(out["dw_g"], dw_expected)
     # db sums the unrounded FP32 dg (the article's b kernel sums before its store)
-    dg32 = fp64_ideal(inp)["dg"].float()
+    dg32 = fp64_ideal(SWIGLU, inp)["dg"].float()
     db = dg32.sum(0, keepdim=True).to(torch.bfloat16).float()
     assert (out["db_g"] - db).abs().max() <= db.abs().max() * 2 ** -8
 
@@ -62,16 +63,16 @@ def test_faithful_rounds_dg_before_the_w_and_x_kernels():
 def test_plan_is_data_an_fp16_plan_changes_the_stores():
     inp = tiny_inputs()
     fp16_plan = BF16_FAITHFUL.with_store(dg=torch.float16, dfc=torch.float16)
-    out = bf16_faithful(inp, fp16_plan)
+    out = bf16_faithful(SWIGLU, inp, fp16_plan)
     assert torch.equal(out["dg"], out["dg"].to(torch.float16).float())
-    assert not torch.equal(out["dg"], bf16_faithful(inp)["dg"])
+    assert not torch.equal(out["dg"], bf16_faithful(SWIGLU, inp)["dg"])
 
 
 @pytest.mark.parametrize("m", [1, 2, 1000, 1024])
 def test_tiled_equals_faithful_within_one_tile(m):
     """With M <= tile_m every reduction is a single tile: cast(partial) + 0 == the global result."""
     inp = case_inputs(m)
-    tiled, faithful = tiled_emulation(inp, SAME_PLAN), bf16_faithful(inp)
+    tiled, faithful = tiled_emulation(SWIGLU, inp, SAME_PLAN), bf16_faithful(SWIGLU, inp)
     for name in faithful:
         assert torch.equal(tiled[name], faithful[name]), name
 
@@ -79,8 +80,8 @@ def test_tiled_equals_faithful_within_one_tile(m):
 def test_tiled_accumulates_partials_in_bf16_in_loop_order():
     m = 3000  # b: tiles of 1024, 1024, 952 rows; w: 2048, 952
     inp = case_inputs(m)
-    tiled = tiled_emulation(inp, SAME_PLAN)
-    faithful = bf16_faithful(inp)
+    tiled = tiled_emulation(SWIGLU, inp, SAME_PLAN)
+    faithful = bf16_faithful(SWIGLU, inp)
     dg = faithful["dg"]
     x = inp["x"].float()
     acc = torch.zeros(1, dg.shape[1], dtype=torch.bfloat16)
@@ -104,7 +105,7 @@ def test_fp32_accumulator_schedule_rounds_once():
     inp = case_inputs(4097)
     fp32_acc = TiledSchedule(name="fp32-acc", db_accumulator=torch.float32, dw_accumulator=torch.float32,
                              plan=BF16_FAITHFUL)
-    tiled, faithful = tiled_emulation(inp, fp32_acc), bf16_faithful(inp)
+    tiled, faithful = tiled_emulation(SWIGLU, inp, fp32_acc), bf16_faithful(SWIGLU, inp)
     # FP32 partials added in FP32 then rounded once: within 1 BF16 ULP of the global sum
     for name in ("db_g", "db_fc", "dw_g", "dw_fc"):
         from accuracy.ulp import ulp_distance
@@ -114,14 +115,14 @@ def test_fp32_accumulator_schedule_rounds_once():
 def test_exp_ratio_sigmoid_overflows_to_nan_where_stable_does_not():
     inp = tiny_inputs()
     inp["g"][0, 0] = 100.0
-    article = tiled_emulation(inp, ARTICLE)
+    article = tiled_emulation(SWIGLU, inp, ARTICLE)
     assert torch.isnan(article["dg"][0, 0]) and torch.isnan(article["db_g"][0, 0])
-    assert torch.isfinite(bf16_faithful(inp)["dg"]).all()
+    assert torch.isfinite(bf16_faithful(SWIGLU, inp)["dg"]).all()
 
 
 def _stream(inp, layers, chunk_rows):
     """Every output of every layer of one pass, as full tensors."""
-    golden = GoldenPass(inp, layers, chunk_rows=chunk_rows)
+    golden = GoldenPass(SWIGLU, inp, layers, chunk_rows=chunk_rows)
     rows = {name: {o: [] for o in ("dg", "dfc", "dx")} for name in layers}
     for block in golden.blocks():
         for name in layers:
@@ -160,7 +161,7 @@ def test_golden_rows_and_term_sums_do_not_depend_on_the_chunk_at_a_production_wi
     layers = {"fp64": FP64_GLOBAL, "faithful": FAITHFUL_GLOBAL}
 
     def stream(chunk_rows):
-        golden = GoldenPass(inp, layers, chunk_rows=chunk_rows, terms=True)
+        golden = GoldenPass(SWIGLU, inp, layers, chunk_rows=chunk_rows, terms=True)
         rows = {name: [] for name in layers}
         row_terms = []
         for block in golden.blocks():
@@ -189,7 +190,7 @@ def test_golden_rows_and_term_sums_do_not_depend_on_the_chunk_at_a_production_wi
 def test_stream_never_holds_full_size_float64_rows():
     """Row outputs come in chunks of at most chunk_rows rows, whatever M."""
     inp = case_inputs(9000)
-    golden = GoldenPass(inp, {"fp64": FP64_GLOBAL}, chunk_rows=2048)
+    golden = GoldenPass(SWIGLU, inp, {"fp64": FP64_GLOBAL}, chunk_rows=2048)
     sizes = [b.stop - b.start for b in golden.blocks()]
     assert max(sizes) == 2048 and sum(sizes) == 9000
 
@@ -204,13 +205,13 @@ def test_chunks_get_fewer_rows_where_a_row_output_is_wider_than_4096():
         shapes = {"x": (m, k), "dy": (m, n), "g": (m, n), "fc": (m, n), "w_g": (k, n), "w_fc": (k, n)}
         return {name: torch.empty(shape, dtype=torch.bfloat16, device="meta") for name, shape in shapes.items()}
 
-    assert [chunk_rows_for(inputs(n)) for n in (200, 1024, 4096, 4097, 11008, 65536)] == [2048, 2048, 2048, 1024, 1024, 1024]
-    assert chunk_rows_for(inputs(200, k=4096)) == 2048
-    assert chunk_rows_for(inputs(200, k=8192)) == 1024              # dx is [M, K]: the widest row output counts
-    assert chunk_rows_for(inputs(11008), 1000) == 1024 and chunk_rows_for(inputs(200), 4097) == 5120
+    assert [chunk_rows_for(SWIGLU, inputs(n)) for n in (200, 1024, 4096, 4097, 11008, 65536)] == [2048, 2048, 2048, 1024, 1024, 1024]
+    assert chunk_rows_for(SWIGLU, inputs(200, k=4096)) == 2048
+    assert chunk_rows_for(SWIGLU, inputs(200, k=8192)) == 1024              # dx is [M, K]: the widest row output counts
+    assert chunk_rows_for(SWIGLU, inputs(11008), 1000) == 1024 and chunk_rows_for(SWIGLU, inputs(200), 4097) == 5120
     with pytest.raises(ValueError, match="chunk_rows must be >= 1"):
-        chunk_rows_for(inputs(200), 0)
-    golden = GoldenPass(case_inputs(3000, k=64, n=5000), {"fp64": FP64_GLOBAL})
+        chunk_rows_for(SWIGLU, inputs(200), 0)
+    golden = GoldenPass(SWIGLU, case_inputs(3000, k=64, n=5000), {"fp64": FP64_GLOBAL})
     assert [b.stop - b.start for b in golden.blocks()] == [1024, 1024, 952]
 
 

@@ -18,7 +18,8 @@ from accuracy.platform_facts import fp32_keeps_subnormals
 from cases.evaluate import evaluate_case
 from cases.spec import CaseSpec
 from kernels.registry import Backend, resolve
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = CaseSpec(1025, 96, 200, "tiny", 0)    # subnormal dg: a flushing golden would change the verdicts
@@ -62,7 +63,7 @@ def _verdicts(outcome, name):
 
 @pytest.fixture(scope="module")
 def alone():
-    return _verdicts(evaluate_case(SPEC, [resolve("torch-eager")]), "torch-eager")
+    return _verdicts(evaluate_case(SPEC, [resolve(SWIGLU, "torch-eager")]), "torch-eager")
 
 
 @pytest.mark.parametrize("fn, leak", [
@@ -72,7 +73,7 @@ def alone():
 ])
 def test_a_backend_that_leaks_state_fails_alone_and_is_restored(fn, leak, alone):
     cwd, threads = os.getcwd(), torch.get_num_threads()
-    outcome = evaluate_case(SPEC, [Backend("hostile", fn), resolve("torch-eager")])
+    outcome = evaluate_case(SPEC, [Backend("hostile", fn), resolve(SWIGLU, "torch-eager")])
     error = outcome.runs["hostile"].error
     assert error and "backend 'hostile' changed process-wide state" in error and leak in error, error
     assert _verdicts(outcome, "torch-eager") == alone
@@ -83,7 +84,7 @@ def test_a_backend_that_leaks_state_fails_alone_and_is_restored(fn, leak, alone)
 @pytest.mark.parametrize("fn, text", [(_exits, "SystemExit: 3"),
                                       (_raises_unprintable, "_Unprintable: <str() of the exception raised")])
 def test_exits_and_unprintable_exceptions_fail_only_their_cell(fn, text, alone):
-    outcome = evaluate_case(SPEC, [Backend("hostile", fn), resolve("torch-eager")])
+    outcome = evaluate_case(SPEC, [Backend("hostile", fn), resolve(SWIGLU, "torch-eager")])
     assert text in outcome.runs["hostile"].error
     assert _verdicts(outcome, "torch-eager") == alone
 
@@ -98,7 +99,7 @@ def test_worker_threads_started_under_ftz_do_not_reach_the_goldens():
         from cases.evaluate import evaluate_case
         from cases.spec import CaseSpec
         from kernels.registry import Backend, resolve
-        from kernels.torch_autograd import torch_eager
+        from operators.swiglu_backward.kernels.torch_autograd import torch_eager
         def poison(**inputs):
             torch.set_flush_denormal(True)
             torch.set_num_threads(4)
@@ -109,9 +110,9 @@ def test_worker_threads_started_under_ftz_do_not_reach_the_goldens():
         def verdicts(o):
             return {k: (v.passed, o.comparison["backends"]["torch-eager"][k]["reference"]["mismatches"])
                     for k, v in o.verdicts["torch-eager"].items()}
-        mixed = evaluate_case(spec, [Backend("hostile", poison), resolve("torch-eager")])
+        mixed = evaluate_case(spec, [Backend("hostile", poison), resolve(SWIGLU, "torch-eager")])
         print("ERROR:", mixed.runs["hostile"].error)
-        alone = evaluate_case(spec, [resolve("torch-eager")])
+        alone = evaluate_case(spec, [resolve(SWIGLU, "torch-eager")])
         print("SAME:", verdicts(mixed) == verdicts(alone), "KEPT:", fp32_keeps_subnormals("cpu"))
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -147,7 +148,7 @@ _declares_a_string.schedule = "article"
 
 
 def test_a_mistyped_schedule_fails_its_cell_and_stops_a_run_before_any_case(alone):
-    outcome = evaluate_case(SPEC, [Backend("typo", _declares_a_string), resolve("torch-eager")])
+    outcome = evaluate_case(SPEC, [Backend("typo", _declares_a_string), resolve(SWIGLU, "torch-eager")])
     assert "fn.schedule is str" in outcome.runs["typo"].error
     assert _verdicts(outcome, "torch-eager") == alone
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "cases/", "--backend",
@@ -180,7 +181,7 @@ def _returns_sparse_dg(**inputs):
     (_returns_sparse_dg, "output 'dg' has layout torch.sparse_coo, expected a dense"),
 ])
 def test_odd_return_values_fail_only_their_cell(fn, text, alone):
-    outcome = evaluate_case(SPEC, [Backend("odd", fn), resolve("torch-eager")])
+    outcome = evaluate_case(SPEC, [Backend("odd", fn), resolve(SWIGLU, "torch-eager")])
     assert text in outcome.runs["odd"].error, outcome.runs["odd"].error
     assert _verdicts(outcome, "torch-eager") == alone
 
@@ -201,7 +202,7 @@ _flaky.schedule = torch_eager.schedule
 def test_repeats_record_determinism_and_every_repeat_is_gated():
     spec = CaseSpec(1025, 96, 200, "unit", 0)
     _CALLS["n"] = 0
-    outcome = evaluate_case(spec, [Backend("flaky", _flaky), resolve("torch-eager")], repeats=3)
+    outcome = evaluate_case(spec, [Backend("flaky", _flaky), resolve(SWIGLU, "torch-eager")], repeats=3)
     assert outcome.runs["flaky"].determinism["bit_identical"] is False
     assert outcome.runs["flaky"].determinism["differing_repeats"] == [2]
     assert outcome.runs["torch-eager"].determinism["bit_identical"] is True

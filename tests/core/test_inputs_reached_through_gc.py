@@ -14,7 +14,8 @@ import torch
 from cases.evaluate import evaluate_case
 from cases.spec import CaseSpec
 from kernels.registry import Backend, resolve
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 SPEC = CaseSpec(1025, 96, 200, "seed", 0)
 
@@ -31,7 +32,7 @@ def scales_the_originals(**inputs):
 
 def test_a_write_into_the_case_inputs_through_the_gc_fails_that_backend_only():
     attack = Backend("tests:scales_the_originals", scales_the_originals)
-    outcome = evaluate_case(SPEC, [attack, resolve("torch-eager")], isolate=False)
+    outcome = evaluate_case(SPEC, [attack, resolve(SWIGLU, "torch-eager")], isolate=False)
     run = outcome.runs[attack.name]
     assert run.error is not None and "wrote into the case's inputs ['dy']" in run.error, run.error
     assert attack.name not in outcome.verdicts

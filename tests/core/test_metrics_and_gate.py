@@ -10,7 +10,8 @@ from accuracy.gate import AccuracyError, assert_accurate, verdict
 from accuracy.metrics import ErrorStats
 from accuracy.tolerances import SEED_ATOL, SEED_RTOL, Tolerance
 from operators.swiglu_backward.schedule import FAITHFUL_GLOBAL
-from kernels.pypto.schedule import ARTICLE
+from operators.swiglu_backward.schedule import ARTICLE
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 TOL = Tolerance(SEED_RTOL, SEED_ATOL)
 
@@ -115,12 +116,12 @@ def test_message_says_when_the_articles_gate_would_pass_zeros():
 def test_a_nan_failure_names_the_first_disagreeing_element():
     from accuracy.gate import verdict
     from accuracy.metrics import ErrorStats
-    from accuracy.tolerances import TOLERANCES
+    from accuracy.tolerances import tolerances_for
     golden = torch.arange(1, 13, dtype=torch.float64).reshape(3, 4)
     kernel = golden.clone().to(torch.bfloat16)
     kernel[1, 2] = float("nan")
     kernel[2, 0] = float("inf")
-    st = ErrorStats(TOLERANCES["dx"], (3, 4))
+    st = ErrorStats(tolerances_for(SWIGLU)["dx"], (3, 4))
     st.update(kernel[:2], golden[:2], row_offset=0)
     st.update(kernel[2:], golden[2:], row_offset=2)
     v = verdict("dx", "faithful", st.finalize(), case="c", backend="b")
@@ -135,12 +136,12 @@ def test_mismatch_count_is_exact_when_the_reference_rms_is_known_first(monkeypat
     it streams past; without it the count comes from a capped buffer and becomes a range beyond it."""
     import accuracy.metrics as metrics_module
     from accuracy.metrics import ErrorStats
-    from accuracy.tolerances import TOLERANCES
+    from accuracy.tolerances import tolerances_for
     monkeypatch.setattr(metrics_module, "EXCESS_CAP", 1000)
     gen = torch.Generator().manual_seed(3)
     golden = torch.randn(4096, 64, generator=gen, dtype=torch.float64)
     actual = torch.zeros(4096, 64, dtype=torch.bfloat16)          # all wrong
-    tol = TOLERANCES["dg"]
+    tol = tolerances_for(SWIGLU)["dg"]
     rms = float(golden.float().double().square().mean().sqrt())
     atol = tol.effective_atol(rms)
     want = int((golden.float().abs() - tol.rtol * golden.float().abs() > atol).sum())
@@ -164,8 +165,8 @@ def test_a_rising_excess_floor_keeps_the_count_exact_and_the_buffer_small(monkey
     column sets the rms), so nearly every element has a positive excess and the count depends on
     where the atol falls."""
     import numpy as np
-    from accuracy.tolerances import TOLERANCES
-    tol = TOLERANCES["dx"]
+    from accuracy.tolerances import tolerances_for
+    tol = tolerances_for(SWIGLU)["dx"]
     gen = torch.Generator().manual_seed(5)
     rows, width = 4096, 64
     golden = torch.randn(rows, width, generator=gen, dtype=torch.float64) * 1e-5
@@ -203,9 +204,9 @@ def test_a_rising_excess_floor_keeps_the_count_exact_and_the_buffer_small(monkey
 def test_the_excess_floor_is_the_largest_fp32_value_not_above_the_bound():
     """An FP32 excess above the atol must be above the floor: the floor rounds the bound down."""
     import numpy as np
-    from accuracy.tolerances import TOLERANCES
+    from accuracy.tolerances import tolerances_for
     for bound in (1e-7, 3e-7, 2.0 ** -20, 1 / 3 * 1e-5):
-        st = ErrorStats(TOLERANCES["dx"], (1, 1))
+        st = ErrorStats(tolerances_for(SWIGLU)["dx"], (1, 1))
         st.raise_excess_floor(bound)
         f = np.float32(st.excess_floor)
         assert float(f) == st.excess_floor <= bound < float(np.nextafter(f, np.float32(np.inf)))

@@ -31,7 +31,9 @@ def _pytest(*args, env=None, cwd=ROOT):
     (["--profile", "none", "--case", "4000000000,96,200,unit"], None, "at most"),
     ([*ONE, "--backend", ":"], None, "expected 'package.module:callable'"),
     ([*ONE, "--operator", "./operators/swiglu_backward"], None, "not a file path"),
-    (ONE, {"ACCURACY_OPERATOR": "nosuchop"}, "$ACCURACY_OPERATOR"),
+    ([*ONE, "--operator", "nosuchop"], None, "--operator: operator 'nosuchop'"),
+    ([*ONE, "--operator", "swiglu_backward", "--operator", "tests.operators.toy", "--case", "2049,8,unit"], None,
+     "--operator swiglu_backward: --case '2049,8,unit'"),
 ])
 def test_a_wrong_option_is_one_line_and_exit_4(args, env, says, tmp_path):
     proc = _pytest(*args, "--results-dir", str(tmp_path / "r"), env=env)
@@ -52,9 +54,10 @@ def test_an_operator_module_that_raises_or_does_not_parse_is_a_usage_error(tmp_p
 def test_two_inputs_files_with_the_same_bytes_are_refused(tmp_path):
     import torch
     from safetensors.torch import save_file
-    from kernels.contract import input_shapes
+    from operators.swiglu_backward import OPERATOR as SWIGLU
     gen = torch.Generator().manual_seed(0)
-    tensors = {n: torch.randn(s, generator=gen).to(torch.bfloat16) for n, s in input_shapes(4, 96, 200).items()}
+    tensors = {n: torch.randn(s, generator=gen).to(torch.bfloat16)
+               for n, s in SWIGLU.input_shapes({"M": 4, "K": 96, "N": 200}).items()}
     for name in ("a.safetensors", "b.safetensors"):
         save_file(tensors, str(tmp_path / name))
     proc = _pytest("--profile", "none", "--inputs", str(tmp_path / "a.safetensors"), "--inputs",

@@ -85,7 +85,7 @@ def test_two_concurrent_runs_keep_their_own_records(tmp_path):
 
 HOSTILE = """
 import ctypes, os, time
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 def kill(**inputs):
     if inputs["x"].shape[0] == 2:
         os._exit(7)
@@ -187,7 +187,7 @@ def test_a_case_from_the_command_line_is_gated_and_recorded_like_the_matrix(tmp_
     """--profile none --case M,K,N,SCALE: only that case runs, each backend gets its verdict (a
     correct kernel passes, an all-zero one fails every output) and the run's records and
     manifest name it; the rerun command of its failure reproduces it alone."""
-    (tmp_path / "zero_kernel.py").write_text("from kernels.mutants import MUTANTS\nzeros = MUTANTS['all_zero']\n")
+    (tmp_path / "zero_kernel.py").write_text("from operators.swiglu_backward.kernels.mutants import MUTANTS\nzeros = MUTANTS['all_zero']\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = _pytest("cases/", "-p", "no:xdist", "--profile", "none", "--case", "3,5,7,unit,2",
                    "--backend", "torch-eager", "--backend", "zero_kernel:zeros", "--benchmark", "none",

@@ -14,7 +14,8 @@ from cases.spec import CaseSpec, make_inputs
 from kernels.registry import Backend
 from kernels.runner import run_backend
 from kernels.sealed_state import capture, changes
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 INPUTS = make_inputs(CaseSpec(2, 96, 200, "unit", 0))
 
@@ -49,11 +50,11 @@ HOSTILE = {
 def test_a_process_state_change_fails_its_cell_and_is_undone(name):
     change, named = HOSTILE[name]
     before = capture()
-    run = run_backend(Backend(f"hostile:{name}", _then(change)), INPUTS)
+    run = run_backend(SWIGLU, Backend(f"hostile:{name}", _then(change)), INPUTS)
     after = capture()
     assert run.error is not None and named in run.error, run.error
     assert not changes(before, after), changes(before, after)
-    assert run_backend(Backend("torch-eager", torch_eager), INPUTS).error is None
+    assert run_backend(SWIGLU, Backend("torch-eager", torch_eager), INPUTS).error is None
 
 
 def _patch_matmul():
@@ -73,7 +74,7 @@ def test_a_replaced_function_fails_its_cell_and_the_original_is_back(patch, name
     import accuracy.gate
     import cases.evaluate
     originals = (torch.matmul, torch.Tensor.__matmul__, accuracy.gate.gated_verdicts, cases.evaluate.gated_verdicts)
-    run = run_backend(Backend("hostile:patch", _then(patch)), INPUTS)
+    run = run_backend(SWIGLU, Backend("hostile:patch", _then(patch)), INPUTS)
     assert run.error is not None and named in run.error, run.error
     assert (torch.matmul, torch.Tensor.__matmul__, accuracy.gate.gated_verdicts,
             cases.evaluate.gated_verdicts) == originals
@@ -91,17 +92,28 @@ def _push_mode():
 
 def test_a_mode_left_pushed_fails_its_cell_and_is_popped():
     depth = torch._C._len_torch_function_stack()
-    run = run_backend(Backend("hostile:mode", _then(_push_mode)), INPUTS)
+    run = run_backend(SWIGLU, Backend("hostile:mode", _then(_push_mode)), INPUTS)
     assert run.error is not None and "TorchFunctionMode Scales" in run.error, run.error
     assert torch._C._len_torch_function_stack() == depth
 
 
-def test_the_operator_variable_is_sealed():
-    """A backend setting $ACCURACY_OPERATOR made every later cell of its process resolve another
-    operator (found by benchmarks/hostile_sweep: torch-eager after it errored)."""
+def test_no_environment_variable_chooses_the_operator(monkeypatch):
+    """A backend setting $ACCURACY_OPERATOR once made every later cell of its process resolve
+    another operator (found by benchmarks/hostile_sweep). The operator is now the case's own value:
+    the variable, set by a backend or by the user, changes nothing."""
     import os
-    before = os.environ.get("ACCURACY_OPERATOR")
-    run = run_backend(Backend("hostile:env", _then(lambda: os.environ.__setitem__("ACCURACY_OPERATOR",
-                                                                                   "rmsnorm_backward"))), INPUTS)
-    assert run.error is not None and "framework_environ" in run.error, run.error
-    assert os.environ.get("ACCURACY_OPERATOR") == before
+    from cases.evaluate import evaluate_case
+    from cases.spec import CaseSpec
+    from kernels.registry import resolve
+    monkeypatch.setenv("ACCURACY_OPERATOR", "rmsnorm_backward")
+
+    def sets_the_variable(**inputs):
+        os.environ["ACCURACY_OPERATOR"] = "nosuchop"
+        return torch_eager(**inputs)
+
+    outcome = evaluate_case(CaseSpec(64, 96, 200, "unit", 0), [Backend("hostile:env", sets_the_variable),
+                                                              resolve(SWIGLU, "torch-eager")], benchmark=None)
+    assert outcome.error is None
+    for name in ("hostile:env", "torch-eager"):
+        assert list(outcome.verdicts[name]) == list(SWIGLU.output_names)
+        assert all(v.passed for v in outcome.verdicts[name].values()), name

@@ -13,13 +13,14 @@ import pytest
 from accuracy.merge import MergeError, merge_runs
 from cases.matrix import PROFILES
 from cases.shards import assign, durations_from_records, hashed_shard
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("profile", ["quick", "full"])
 def test_shards_partition_the_plan_for_any_count(profile):
-    ids = [c.id for c in PROFILES[profile](2)]
+    ids = [c.id for c in PROFILES[profile](SWIGLU, 2)]
     for n in range(1, 65):
         shards = assign(ids, n)
         assert set(shards) == set(ids) and all(0 <= s < n for s in shards.values())

@@ -9,26 +9,27 @@ from accuracy.compare import REFERENCE, compare_case
 from accuracy.gate import gated_verdicts
 from cases.evaluate import declared_schedule
 from cases.spec import CaseSpec, make_inputs
-from kernels import plain
-from kernels.mutants import MUTANTS
+from operators.swiglu_backward.kernels import plain
+from operators.swiglu_backward.kernels.mutants import MUTANTS
 from kernels.registry import Backend, resolve
 from kernels.runner import run_backend
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 SPEC = CaseSpec(4097, 96, 200, "unit", 0)
 BACKENDS = [Backend("plain", plain.plain), Backend("truncating", plain.round_toward_zero_stores),
             Backend("db_last_tile_only", MUTANTS["db_last_tile_only"])]
-OTHERS = [resolve("torch-eager"), Backend("bf16_math", plain.bf16_math), Backend("tail_dropped", MUTANTS["tail_dropped"])]
+OTHERS = [resolve(SWIGLU, "torch-eager"), Backend("bf16_math", plain.bf16_math), Backend("tail_dropped", MUTANTS["tail_dropped"])]
 
 
 @pytest.fixture(scope="module")
 def runs():
     inputs = make_inputs(SPEC)
-    return inputs, {b.name: run_backend(b, inputs).outputs for b in BACKENDS + OTHERS}
+    return inputs, {b.name: run_backend(SWIGLU, b, inputs).outputs for b in BACKENDS + OTHERS}
 
 
 def _compare(inputs, outputs, chosen, chunk_rows, diagnose=True):
-    return compare_case(inputs, {b.name: outputs[b.name] for b in chosen},
-                        {b.name: declared_schedule(b) for b in chosen}, chunk_rows=chunk_rows, diagnose=diagnose)
+    return compare_case(SWIGLU, inputs, {b.name: outputs[b.name] for b in chosen},
+                        {b.name: declared_schedule(SWIGLU, b) for b in chosen}, chunk_rows=chunk_rows, diagnose=diagnose)
 
 
 def _gate(inputs, outputs, chosen, chunk_rows):
@@ -39,7 +40,7 @@ def _verdicts(comparison, chosen):
     result = {}
     for b in (b for b in chosen if b in BACKENDS):
         metrics = comparison["backends"][b.name]
-        verdicts = gated_verdicts(metrics, case=SPEC.id, backend=b.name)
+        verdicts = gated_verdicts(SWIGLU, metrics, case=SPEC.id, backend=b.name)
         result[b.name] = {o: (v.passed, v.elementwise_passed, v.scale_passed, v.direction_passed, v.own_passed,
                               metrics[o][REFERENCE]["mismatches"], metrics[o][REFERENCE]["detection_floor"],
                               metrics[o][REFERENCE]["aggregate"]["scale_beta"])
@@ -81,14 +82,14 @@ def test_a_reduction_compared_in_row_slices_gives_the_record_of_one_comparison(m
     import accuracy.compare
     import accuracy.metrics
     inputs = make_inputs(CaseSpec(64, 96, 200, "unit", 0))
-    outputs = {b.name: run_backend(b, inputs).outputs for b in BACKENDS[:2]}
+    outputs = {b.name: run_backend(SWIGLU, b, inputs).outputs for b in BACKENDS[:2]}
     monkeypatch.setattr(accuracy.metrics, "SLICE_ELEMENTS", 1000)
 
     def records(slice_elements):
         monkeypatch.setattr(accuracy.compare, "REDUCTION_SLICE_ELEMENTS", slice_elements)
         chosen = BACKENDS[:2]
-        result = compare_case(inputs, {b.name: outputs[b.name] for b in chosen},
-                              {b.name: declared_schedule(b) for b in chosen})
+        result = compare_case(SWIGLU, inputs, {b.name: outputs[b.name] for b in chosen},
+                              {b.name: declared_schedule(SWIGLU, b) for b in chosen})
         return ({b: {o: json.dumps(result["backends"][b][o], sort_keys=True) for o in ("db_g", "dw_g", "dw_fc")}
                  for b in result["backends"]}, json.dumps({str(p): v for p, v in result["goldens"].items()}, sort_keys=True),
                 json.dumps({o: result["ideal"][o] for o in ("db_g", "dw_g", "dw_fc")}, sort_keys=True))
@@ -99,7 +100,7 @@ def test_a_reduction_compared_in_row_slices_gives_the_record_of_one_comparison(m
 
 
 def test_verdicts_do_not_depend_on_the_diagnosis_layers(runs):
-    """``compare_case(diagnose=False)`` (benchmarks' gate: no faithful or tiled layers, no bound,
+    """``compare_case(SWIGLU, diagnose=False)`` (benchmarks' gate: no faithful or tiled layers, no bound,
     the FP64 comparison reduced to the dual verdict's metrics) gives the full comparison's gated
     verdicts and counts (so does the false-alarm benchmark's lean gate,
     tests/mutants/test_gate_power.py::test_benchmark_gate_equals_the_matrix_gate) and its dual
@@ -138,7 +139,7 @@ def test_row_mismatch_counts_stay_exact_when_the_kept_excess_overflows(monkeypat
     def records():
         calls.clear()
         result = counted(inputs, {b.name: outputs[b.name] for b in chosen},
-                         {b.name: declared_schedule(b) for b in chosen}, diagnose=diagnose)
+                         {b.name: declared_schedule(SWIGLU, b) for b in chosen}, diagnose=diagnose)
         return json.dumps([result["backends"], {str(p): v for p, v in result["goldens"].items()},
                            result["ideal"]], sort_keys=True)
 

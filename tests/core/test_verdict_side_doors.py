@@ -13,7 +13,7 @@ import torch
 from cases.evaluate import evaluate_case, records_for
 from cases.spec import CaseSpec
 from kernels.registry import Backend
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 
 SPEC = CaseSpec(1025, 96, 200, "unit", 0)
 
@@ -68,9 +68,9 @@ def test_outputs_with_a_graph_are_detached_and_judged():
 def _constant_inputs_case(tmp_path, value: float):
     from safetensors.torch import save_file
     from cases.spec import inputs_case
-    from kernels.contract import input_shapes
+    from operators.swiglu_backward import OPERATOR as SWIGLU
     path = tmp_path / f"inputs-{value}.safetensors"
-    save_file({n: torch.full(s, value, dtype=torch.bfloat16) for n, s in input_shapes(64, 96, 200).items()}, str(path))
+    save_file({n: torch.full(s, value, dtype=torch.bfloat16) for n, s in SWIGLU.input_shapes({"M": 64, "K": 96, "N": 200}).items()}, str(path))
     return inputs_case(str(path))
 
 

@@ -9,8 +9,9 @@ import functools
 from cases.evaluate import CaseOutcome, evaluate_case
 from cases.matrix import quick_cases
 from cases.spec import CaseSpec
-from kernels.mutants import CORRECT, MUTANTS
+from operators.swiglu_backward.kernels.mutants import CORRECT, MUTANTS
 from kernels.registry import Backend, resolve
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 ALL = {"dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx"}
 DB, DW = {"db_g", "db_fc"}, {"dw_g", "dw_fc"}
@@ -52,7 +53,7 @@ CORRECT_NAMES = ("torch-eager", *CORRECT)
 
 def backends_of(spec: CaseSpec) -> list[Backend]:
     names = [n for n, (c, _, _) in KILLS.items() if c == spec] + [n for n, c in PASSES_AT.items() if c == spec]
-    return ([resolve("torch-eager")] + [Backend(n, f) for n, f in CORRECT.items()]
+    return ([resolve(SWIGLU, "torch-eager")] + [Backend(n, f) for n, f in CORRECT.items()]
             + [Backend(n, MUTANTS[n]) for n in names])
 
 
@@ -62,4 +63,4 @@ def outcome(spec: CaseSpec) -> CaseOutcome:
 
 
 def quick_small_ids() -> set[str]:
-    return {c.id for c in quick_cases()}
+    return {c.id for c in quick_cases(SWIGLU)}

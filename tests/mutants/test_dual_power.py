@@ -1,4 +1,4 @@
-"""The dual-benchmark verdict (``accuracy.dual``) on the wrong kernels of ``kernels.mutants``, with
+"""The dual-benchmark verdict (``accuracy.dual``) on the wrong kernels of ``operators.swiglu_backward.kernels.mutants``, with
 torch-eager as the benchmark, at the case where the absolute gate catches each (same case outcomes
 as the kill matrix, ``tests.mutants.kill_cases``: no extra golden pass).
 

@@ -12,11 +12,12 @@ import pytest
 
 from cases.evaluate import declared_schedule, evaluate_case
 from cases.spec import CaseSpec, make_inputs
-from kernels import plain
-from kernels.mutants import ARTICLE_ENSEMBLE, _ArticleLoop, _DbLastTileOnly, _kernel, _TailPaddingLeak
+from operators.swiglu_backward.kernels import plain
+from operators.swiglu_backward.kernels.mutants import ARTICLE_ENSEMBLE, _ArticleLoop, _DbLastTileOnly, _kernel, _TailPaddingLeak
 from kernels.registry import Backend
 from kernels.runner import run_backend
 from tests.mutants.kill_cases import KILLS, M2048_TINY, M2049_UNIT, backends_of, outcome
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAIN_CASES = [CaseSpec(4097, 96, 200, "unit", 0), CaseSpec(3000, 512, 1024, "seed", 0),
@@ -86,7 +87,7 @@ def test_the_verdict_ignores_what_a_kernel_declares():
     kernel passes whatever it declares."""
     spec = CaseSpec(1023, 512, 1024, "unit", 0)
     from operators.swiglu_backward.schedule import RoundingPlan, TiledSchedule
-    from kernels.pypto.schedule import ARTICLE
+    from operators.swiglu_backward.schedule import ARTICLE
     import torch
     bf16 = TiledSchedule(name="bf16", tile_m_b=None, tile_m_w=None, tile_m_x=None, db_accumulator=torch.bfloat16,
                          dw_accumulator=torch.bfloat16, plan=RoundingPlan(math=torch.bfloat16))
@@ -114,9 +115,9 @@ def test_benchmark_gate_equals_the_matrix_gate(spec):
     fa = _false_alarms()
     backends = backends_of(spec)
     inputs = make_inputs(spec)
-    runs = {b.name: run_backend(b, inputs) for b in backends}
+    runs = {b.name: run_backend(SWIGLU, b, inputs) for b in backends}
     lean = fa.lean_verdicts(inputs, {n: r.outputs for n, r in runs.items()},
-                            {b.name: declared_schedule(b) for b in backends}, case=spec.id)
+                            {b.name: declared_schedule(SWIGLU, b) for b in backends}, case=spec.id)
     full = outcome(spec)
     for b in runs:
         for o, (v, metrics) in lean[b].items():

@@ -1,4 +1,4 @@
-"""The kill matrix: every wrong kernel of ``kernels.mutants`` is caught by the quick profile,
+"""The kill matrix: every wrong kernel of ``operators.swiglu_backward.kernels.mutants`` is caught by the quick profile,
 at the outputs where its bug lives and with its worst element where the bug lives, while the
 correct kernels pass the same cases; and the null kernel (all zeros) fails every output of
 every quick case, including those where the article's own gate would accept it."""
@@ -13,12 +13,13 @@ from cases import expectations
 from cases.evaluate import evaluate_case
 from cases.matrix import LARGE_M, quick_cases
 from cases.spec import make_inputs
-from kernels.mutants import MUTANTS
+from operators.swiglu_backward.kernels.mutants import MUTANTS
 from kernels.registry import Backend
 from tests.mutants.kill_cases import (ALL, CASES, CORRECT_NAMES, FP32_MIN_NORMAL, KILLS, PASSES_AT, M1_SATURATING,
                                       outcome, quick_small_ids)
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
-_KNOWN = expectations.load()
+_KNOWN = expectations.load(SWIGLU)
 
 
 def test_every_mutant_has_a_cell_and_every_cell_is_a_quick_case():
@@ -103,7 +104,7 @@ def _facts() -> dict:
     return platform_facts.measure("cpu")
 
 
-NULL_CASES = [c for c in quick_cases() if c.m < LARGE_M]
+NULL_CASES = [c for c in quick_cases(SWIGLU) if c.m < LARGE_M]
 
 
 @pytest.mark.parametrize("spec", NULL_CASES, ids=lambda c: c.id)

@@ -1,4 +1,4 @@
-"""Bugs in a part of an output (``kernels.plain.LOCALIZED_BUGS``): the whole-output tests dilute
+"""Bugs in a part of an output (``operators.swiglu_backward.kernels.plain.LOCALIZED_BUGS``): the whole-output tests dilute
 them, the localized tests (``accuracy.localized``) catch them and name where, and the correct
 kernels pass at the same cases."""
 from __future__ import annotations
@@ -9,8 +9,9 @@ import pytest
 
 from cases.evaluate import evaluate_case
 from cases.spec import CaseSpec
-from kernels import plain
+from operators.swiglu_backward.kernels import plain
 from kernels.registry import Backend, resolve
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 UNIT = CaseSpec(2049, 96, 200, "unit", 0)
 WIDE = CaseSpec(2048, 512, 1024, "seed", 0)     # 8 columns of 1024: 0.8% of dfc's sum r^2
@@ -21,7 +22,7 @@ TALL = CaseSpec(131072, 96, 200, "unit", 0)
 
 @functools.cache
 def _verdicts(spec: CaseSpec, names: tuple[str, ...]) -> dict:
-    backends = [resolve(n) if n == "torch-eager" else
+    backends = [resolve(SWIGLU, n) if n == "torch-eager" else
                 Backend(n, plain.CORRECT.get(n) or plain.LOCALIZED_BUGS[n]) for n in names]
     out = evaluate_case(spec, backends, isolate=False, benchmark=None)
     assert out.error is None, out.error

@@ -2,7 +2,7 @@
 FP16 (right inside FP16's normal range, which every other profile stays in but for dy at the tiny
 profile) and a sigmoid that loses its precision in the far negative tail.
 
-Each kernel of ``kernels.plain.RANGE_BUGS`` passes at a seed-scale case and fails at its range
+Each kernel of ``operators.swiglu_backward.kernels.plain.RANGE_BUGS`` passes at a seed-scale case and fails at its range
 case; every correct plain kernel and PyTorch's backward pass all three range cases.
 """
 from __future__ import annotations
@@ -14,10 +14,11 @@ import pytest
 from cases.evaluate import evaluate_case
 from cases.matrix import quick_cases
 from cases.spec import CaseSpec
-from kernels import plain
+from operators.swiglu_backward.kernels import plain
 from kernels.registry import Backend, resolve
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
-RANGE = {c.scale: c for c in quick_cases() if c.scale in ("below_fp16", "above_fp16", "sigmoid_tail")}
+RANGE = {c.scale: c for c in quick_cases(SWIGLU) if c.scale in ("below_fp16", "above_fp16", "sigmoid_tail")}
 SEED = CaseSpec(1025, 96, 200, "seed", 0)
 # the range case that catches each, and the outputs it must fail there at least
 CAUGHT_AT = {
@@ -34,7 +35,7 @@ CAUGHT_AT = {
 @functools.cache
 def _failing(scale: str) -> dict[str, set[str]]:
     spec = SEED if scale == "seed" else RANGE[scale]
-    backends = ([resolve("torch-eager")] + [Backend(n, f) for n, f in plain.CORRECT.items()]
+    backends = ([resolve(SWIGLU, "torch-eager")] + [Backend(n, f) for n, f in plain.CORRECT.items()]
                 + [Backend(n, f) for n, f in plain.RANGE_BUGS.items()])
     out = evaluate_case(spec, backends, isolate=False, benchmark=None)
     assert out.error is None, out.error

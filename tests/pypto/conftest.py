@@ -15,7 +15,7 @@ import pytest
 def _pypto_skip_reason() -> str | None:
     if importlib.util.find_spec("pypto") is None:
         return "pypto is not installed (pip install '.[pypto]', i.e. pypto==0.2.0)"
-    from kernels.pypto.interpreter import PyptoVersionError, check_version
+    from operators.swiglu_backward.kernels.pypto.interpreter import PyptoVersionError, check_version
 
     try:
         check_version()
@@ -33,7 +33,7 @@ def pypto_cpu(monkeypatch):
     monkeypatch.setenv("SWIGLU_PYPTO_TARGET", "cpu")
     monkeypatch.delenv("SWIGLU_PYPTO_CPU_CHUNK_ROWS", raising=False)
     monkeypatch.delenv("SWIGLU_PYPTO_CPU_MAX_M", raising=False)
-    from kernels.pypto import interpreter
+    from operators.swiglu_backward.kernels.pypto import interpreter
 
     interpreter.load_calculator()
     return interpreter

@@ -1,6 +1,6 @@
 """An independent torch model of the PyPTO kernels' arithmetic, for the interpreter tests.
 
-Same math as ``kernels/pypto/kernels.py`` written with torch only: FP32 math on BF16
+Same math as ``operators/swiglu_backward/kernels/pypto/kernels.py`` written with torch only: FP32 math on BF16
 inputs, BF16 stores of dg / dfc / dx, per-tile FP32 partials of db and dw added into the
 output in the schedule's accumulator dtype, tile by tile, the tail tile with valid_m rows.
 It deliberately does not reuse goldens/ (the framework's goldens are tested elsewhere).

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.pypto import interpreter
+from operators.swiglu_backward.kernels.pypto import interpreter
 
 
 # --------------------------------------------------------------------------- version check
@@ -42,7 +42,7 @@ def test_running_with_another_version_fails_loudly(monkeypatch):
 
 
 def test_backend_with_another_version_fails_loudly(monkeypatch):
-    from kernels.pypto.backend import pypto_article
+    from operators.swiglu_backward.kernels.pypto.backend import pypto_article
 
     monkeypatch.setenv("SWIGLU_PYPTO_TARGET", "cpu")
     monkeypatch.setattr(interpreter, "installed_version", lambda: "0.3.0")
@@ -149,7 +149,7 @@ def _snapshot(root: Path) -> set[str]:
 
 def test_a_run_leaves_no_files_behind(pypto_cpu, tmp_path, monkeypatch):
     """No output/ folder or log file in the cwd, the repo or ~/ascend; env and cwd unchanged."""
-    from kernels.pypto.backend import pypto_article
+    from operators.swiglu_backward.kernels.pypto.backend import pypto_article
 
     repo = Path(__file__).resolve().parents[2]
     home_logs = Path.home() / "ascend"

@@ -17,6 +17,7 @@ import torch
 
 from kernels.contract import validate_outputs
 from tests.pypto.reference import kernel_math, ulp_distance
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 EXACT = ("dg", "dfc", "db_g", "db_fc")
 
@@ -46,25 +47,25 @@ def check_against_reference(out, inputs, **ref_kwargs):
 
 @pytest.mark.parametrize("m", [1, 1023, 1025, 3000])
 def test_article_dynamic_m_tail(pypto_cpu, m):
-    from kernels.pypto.backend import pypto_article
+    from operators.swiglu_backward.kernels.pypto.backend import pypto_article
 
     inputs = make_inputs(m, 96, 200, seed=m)
-    out = validate_outputs("pypto", pypto_article(**inputs), inputs)
+    out = validate_outputs(SWIGLU, "pypto", pypto_article(**inputs), inputs)
     check_against_reference(out, inputs)
 
 
 @pytest.mark.parametrize("m", [1, 3000])
 def test_hardened_dynamic_m_tail(pypto_cpu, m):
-    from kernels.pypto.backend import pypto_hardened
+    from operators.swiglu_backward.kernels.pypto.backend import pypto_hardened
 
     inputs = make_inputs(m, 96, 200, seed=m + 1)
-    out = validate_outputs("pypto-hardened", pypto_hardened(**inputs), inputs)
+    out = validate_outputs(SWIGLU, "pypto-hardened", pypto_hardened(**inputs), inputs)
     check_against_reference(out, inputs, acc_dtype=torch.float32, sigmoid_form="stable")
 
 
 def test_article_seed_shape(pypto_cpu):
     """K, N of the seed case with a tail tile (M=1025: b and x run 2 tiles, w one)."""
-    from kernels.pypto.backend import pypto_article
+    from operators.swiglu_backward.kernels.pypto.backend import pypto_article
 
     inputs = make_inputs(1025, 512, 1024, seed=7)
     check_against_reference(pypto_article(**inputs), inputs)
@@ -72,7 +73,7 @@ def test_article_seed_shape(pypto_cpu):
 
 def test_saturating_g_article_nan_hardened_finite(pypto_cpu):
     """g = 100 > 88.7: exp(g) = inf and inf/inf = NaN in the article's sigmoid."""
-    from kernels.pypto.backend import pypto_article, pypto_hardened
+    from operators.swiglu_backward.kernels.pypto.backend import pypto_article, pypto_hardened
 
     inputs = make_inputs(40, 16, 32, seed=3)
     inputs["g"][5, 7] = 100.0
@@ -89,7 +90,7 @@ def test_saturating_g_article_nan_hardened_finite(pypto_cpu):
 
 def test_cpu_chunking_is_bit_identical(pypto_cpu, monkeypatch):
     """Row blocks of whole tiles: the same operations in the same order as one call."""
-    from kernels.pypto.backend import pypto_article, pypto_hardened
+    from operators.swiglu_backward.kernels.pypto.backend import pypto_article, pypto_hardened
 
     inputs = make_inputs(2100, 96, 200, seed=11)
     for fn in (pypto_article, pypto_hardened):
@@ -105,9 +106,9 @@ def test_widened_matmul_inputs_are_bit_identical(pypto_cpu):
     """The article's FP32 casts before pypto.matmul vs BF16 operands: same bits."""
     import pypto
 
-    from kernels.pypto import interpreter
-    from kernels.pypto import kernels as pk
-    from kernels.pypto.schedule import ARTICLE
+    from operators.swiglu_backward.kernels.pypto import interpreter
+    from operators.swiglu_backward.kernels.pypto import kernels as pk
+    from operators.swiglu_backward.schedule import ARTICLE
 
     m, k, n = 2100, 64, 96
     inputs = make_inputs(m, k, n, seed=5)
@@ -125,7 +126,7 @@ def test_widened_matmul_inputs_are_bit_identical(pypto_cpu):
 
 def test_too_large_m_is_unsupported_with_numbers(pypto_cpu, monkeypatch):
     from kernels.contract import BackendUnsupported
-    from kernels.pypto.backend import pypto_article
+    from operators.swiglu_backward.kernels.pypto.backend import pypto_article
 
     monkeypatch.setenv("SWIGLU_PYPTO_CPU_MAX_M", "100")
     inputs = make_inputs(101, 8, 16)
@@ -134,7 +135,7 @@ def test_too_large_m_is_unsupported_with_numbers(pypto_cpu, monkeypatch):
 
 
 def test_npu_requested_without_npu_fails(monkeypatch):
-    from kernels.pypto import backend
+    from operators.swiglu_backward.kernels.pypto import backend
 
     monkeypatch.setenv("SWIGLU_PYPTO_TARGET", "npu")
     monkeypatch.setattr(backend, "_npu_count", lambda: 0)
@@ -143,7 +144,7 @@ def test_npu_requested_without_npu_fails(monkeypatch):
 
 
 def test_target_resolution(monkeypatch):
-    from kernels.pypto import backend
+    from operators.swiglu_backward.kernels.pypto import backend
 
     monkeypatch.setattr(backend, "_npu_count", lambda: 0)
     monkeypatch.delenv("SWIGLU_PYPTO_TARGET", raising=False)
@@ -158,7 +159,7 @@ def test_target_resolution(monkeypatch):
 
 
 def test_xdist_workers_take_their_own_npu(monkeypatch):
-    from kernels.pypto.backend import PyptoTargetError, npu_device_index
+    from operators.swiglu_backward.kernels.pypto.backend import PyptoTargetError, npu_device_index
 
     monkeypatch.delenv("TILE_FWK_DEVICE_ID", raising=False)
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
@@ -173,7 +174,7 @@ def test_xdist_workers_take_their_own_npu(monkeypatch):
 
 
 def test_x_kernel_vec_tile_branch(pypto_cpu):
-    from kernels.pypto import kernels as pk
+    from operators.swiglu_backward.kernels.pypto import kernels as pk
 
     assert pk.x_vec_tile("DAV_3510") == (128, 256)
     assert pk.x_vec_tile("DAV_2201") == (128, 128)

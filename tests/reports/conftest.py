@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.reports.helpers import HOSTILE, renamed
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 WRONG = "tests.reports.kernels:wrong_db_g"
 # K, N tiny: the point is the record format and the page, not the numbers
@@ -37,7 +38,7 @@ def _real_records():
     from cases.evaluate import evaluate_case, golden_records, records_for
     from cases.spec import CaseSpec
     from kernels.registry import resolve
-    backends = [resolve("torch-eager"), resolve("tiled-emulation"), resolve(WRONG)]
+    backends = [resolve(SWIGLU, "torch-eager"), resolve(SWIGLU, "tiled-emulation"), resolve(SWIGLU, WRONG)]
     records = []
     for m, scale in CASES:
         outcome = evaluate_case(CaseSpec(m, K, N, scale, 0), backends)

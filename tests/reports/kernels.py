@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.torch_autograd import TORCH_BF16, torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import TORCH_BF16, torch_eager
 
 
 def wrong_db_g(*, x, w_g, w_fc, dy, g, fc):

@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 
 from cases.matrix import full_cases
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 SCALED = ("max_abs_err", "bound_mean", "ulp_p99", "ulp_max", "max_rel_err")
 
@@ -33,7 +34,7 @@ def full_profile(records: list[dict], backends: int = 3, seed: int = 0) -> list[
         templates.setdefault(key, []).append(r)
     names = (real_backends + [f"synthetic.kernel_{i}:run" for i in range(backends)])[:backends]
     out = []
-    for spec in full_cases():
+    for spec in full_cases(SWIGLU):
         sd = spec.asdict()
         for i, name in enumerate(names):
             src = real_backends[i % len(real_backends)]

@@ -12,6 +12,7 @@ from cases.spec import CaseSpec
 from kernels.registry import resolve
 from reports import drift_study as S
 from reports.browser import check_page, find_chromium
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 SMALL = S.StudyConfig(ms=(1024, 2049, 8192, 16384), seeds=3, profiles=("seed", "unit"), shape=(16, 32), processes=1)
 
@@ -32,7 +33,7 @@ def test_every_planned_case_is_measured_once(study):
 
 def test_drift_is_zero_for_one_global_sum_and_grows_with_the_bf16_tiles(study):
     for profile in SMALL.profiles:
-        for fam in S.FAMILIES:
+        for fam in S.axes(SWIGLU).families:
             torch_path = _family(study, profile, "torch-bf16", fam)
             assert set(torch_path["drift_rms"]["median"]) == {0.0}      # no tiles: nothing to drift
             article = _family(study, profile, "article", fam)["drift_rms"]["median"]
@@ -50,9 +51,9 @@ def test_the_study_counts_what_the_gate_counts():
     # gate ratios 1.5-2.1 on all four outputs here: far enough above 1 that another CPU's FP32
     # summation order cannot turn a failure into a pass
     spec = CaseSpec(220000, 16, 32, "unit", 2)
-    article = [s for s in S.declared_schedules() if s.name == "article"]
+    article = [s for s in S.axes(SWIGLU).declared_schedules() if s.name == "article"]
     (point,) = S.measure_case(spec, article)
-    backend = resolve("tiled-emulation")
+    backend = resolve(SWIGLU, "tiled-emulation")
     outcome = evaluate_case(spec, [backend], benchmark=None)
     gated = {r["output"]: r["metrics"]["mismatches"] for r in records_for(outcome, backend.name)
              if r.get("golden") == "reference"}
@@ -81,7 +82,7 @@ def test_cli_writes_the_json_the_table_and_both_figures(tmp_path):
     study = json.loads((out / "drift.json").read_text())
     assert study["config"]["seeds"] == 2 and len(study["points"]) == 2 * 3 * 2 * 3
     assert "| seed | dw | article |" in (out / "drift.md").read_text()
-    for name in S.FIGURES.values():
+    for name in S.figures(S.axes(SWIGLU)).values():
         width, height = Image.open(out / name).size
         assert (width, height) == (1200, 860)     # fits a 1366-px laptop screen at 100% zoom
     assert main(["drift", "-o", str(out), "--seeds", "0"]) == 2

@@ -8,20 +8,20 @@ from accuracy.tile_drift import TileDriftRecorder
 from cases.evaluate import evaluate_case, golden_records
 from cases.spec import CaseSpec, make_inputs
 from goldens.stream import GoldenPass, materialize
-from kernels.contract import OPERATOR
-from kernels.pypto.schedule import ARTICLE, HARDENED
+from operators.swiglu_backward.schedule import ARTICLE, HARDENED
 from kernels.registry import resolve
 from reports import data as D
 from reports.tiledrift import from_records
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 SPEC = CaseSpec(4500, 8, 150, "unit", 0)     # 5 b-tiles (tail 404), 3 w-tiles (tail 404)
-REDUCTIONS = OPERATOR.reduction_outputs
-KERNEL_OF = {o: OPERATOR.output(o).kernel for o in REDUCTIONS}
+REDUCTIONS = SWIGLU.reduction_outputs
+KERNEL_OF = {o: SWIGLU.output(o).kernel for o in REDUCTIONS}
 
 
 def _record(schedule, inputs):
     recorder = TileDriftRecorder({schedule.name: schedule}, KERNEL_OF, SPEC.m)
-    for _ in GoldenPass(inputs, {schedule.name: schedule}, rows=False, tile_observer=recorder.observe).blocks():
+    for _ in GoldenPass(SWIGLU, inputs, {schedule.name: schedule}, rows=False, tile_observer=recorder.observe).blocks():
         pass
     return recorder
 
@@ -29,7 +29,7 @@ def _record(schedule, inputs):
 def test_drift_ends_where_the_tiled_golden_ends():
     inputs = make_inputs(SPEC)
     recorder = _record(ARTICLE, inputs)
-    golden = materialize(inputs, ARTICLE)
+    golden = materialize(SWIGLU, inputs, ARTICLE)
     for o, final in recorder.finals(ARTICLE.name).items():
         assert torch.equal(final.float(), golden[o].float()), o
     data = recorder.result()[ARTICLE.name]
@@ -49,7 +49,7 @@ def test_fp32_accumulator_drifts_only_by_fp32_order():
 
 
 def test_the_report_reads_the_drift_the_case_recorded():
-    backend = resolve("tiled-emulation")          # declares the article's schedule: its tiled layer is recorded
+    backend = resolve(SWIGLU, "tiled-emulation")          # declares the article's schedule: its tiled layer is recorded
     outcome = evaluate_case(SPEC, [backend], benchmark=None)
     records = golden_records(outcome)
     with_drift = [r for r in records if "tile_drift" in r]

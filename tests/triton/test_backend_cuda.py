@@ -20,7 +20,7 @@ def _on(device, inputs):
 @pytest.mark.parametrize("m,k,n", CUDA_SHAPES, ids=[f"M{m}-K{k}-N{n}" for m, k, n in CUDA_SHAPES])
 @pytest.mark.parametrize("variant", ["triton_deterministic", "triton_atomic", "triton_article"])
 def test_cuda_matches_reference(cuda, variant, m, k, n):
-    from kernels.triton import backend
+    from operators.swiglu_backward.kernels.triton import backend
     fn = getattr(backend, variant)
     inputs = make_inputs(m, k, n, seed=m)
     out = fn(**_on(cuda, inputs))
@@ -31,7 +31,7 @@ def test_cuda_matches_reference(cuda, variant, m, k, n):
 
 
 def test_cuda_deterministic_variant_is_bit_identical(cuda):
-    from kernels.triton.backend import triton_deterministic
+    from operators.swiglu_backward.kernels.triton.backend import triton_deterministic
     rec = determinism(triton_deterministic, _on(cuda, make_inputs(20000, 512, 1024, seed=5)), repeats=5)
     assert rec["status"] == "ok" and rec["bit_identical"] is True, rec
 
@@ -39,7 +39,7 @@ def test_cuda_deterministic_variant_is_bit_identical(cuda):
 def test_cuda_atomic_variant_determinism_is_reported(cuda):
     """Not asserted either way: whether FP32 atomics change a BF16 bit depends on the
     run; the metric must report, not raise."""
-    from kernels.triton.backend import triton_atomic
+    from operators.swiglu_backward.kernels.triton.backend import triton_atomic
     rec = determinism(triton_atomic, _on(cuda, make_inputs(20000, 512, 1024, seed=5)), repeats=5)
     assert rec["status"] == "ok"
     assert rec["outputs"]["dg"]["bit_identical"] and rec["outputs"]["dx"]["bit_identical"]

@@ -22,8 +22,9 @@ import pytest
 import torch
 
 from kernels.contract import BackendUnsupported, clone_inputs, mutated_inputs, validate_outputs
-from kernels.pypto.schedule import ARTICLE
+from operators.swiglu_backward.schedule import ARTICLE
 from tests.triton.reference import bf16_ulps, reference, tolerance
+from operators.swiglu_backward import OPERATOR as SWIGLU
 
 # M at the tile edges of the article's schedule (b, x: 1024 rows; w: 2048): a single
 # row, a tail-only tile, one row short of a tile, one row into the second b/x tile,
@@ -43,7 +44,7 @@ def make_inputs(m: int, k: int, n: int, seed: int, g_scale: float = 1.0) -> dict
 
 
 def _backend(variant: str):
-    from kernels.triton import backend
+    from operators.swiglu_backward.kernels.triton import backend
     return {"triton": backend.triton_deterministic, "triton-atomic": backend.triton_atomic,
             "triton-article": backend.triton_article}[variant]
 
@@ -82,7 +83,7 @@ def test_matches_reference(interpreter, variant, m, k, n):
     inputs = make_inputs(m, k, n, seed=m + k + n)
     originals = clone_inputs(inputs)
     fn = _backend(variant)
-    out = validate_outputs(variant, fn(**inputs), inputs)
+    out = validate_outputs(SWIGLU, variant, fn(**inputs), inputs)
     assert mutated_inputs(originals, inputs) == []
     check_against_reference(out, inputs, acc_bf16=fn.schedule.db_accumulator == torch.bfloat16)
 
@@ -146,15 +147,15 @@ def test_too_large_for_interpreter_is_unsupported(interpreter, monkeypatch):
 
 
 def test_seed_case_is_refused_by_default_limit():
-    from kernels.triton.backend import INTERPRETER_MAX_MKN
+    from operators.swiglu_backward.kernels.triton.backend import INTERPRETER_MAX_MKN
     assert 220000 * 512 * 1024 > INTERPRETER_MAX_MKN >= 4097 * 512 * 1024
 
 
 def test_registry_and_schedules():
     from kernels.registry import resolve
-    from kernels.triton import backend
-    assert resolve("triton").fn is backend.triton_deterministic
-    assert resolve("triton-atomic").fn is backend.triton_atomic
+    from operators.swiglu_backward.kernels.triton import backend
+    assert resolve(SWIGLU, "triton").fn is backend.triton_deterministic
+    assert resolve(SWIGLU, "triton-atomic").fn is backend.triton_atomic
     for fn in (backend.triton_deterministic, backend.triton_atomic, backend.triton_article):
         s = fn.schedule
         assert (s.tile_m_b, s.tile_m_w, s.tile_m_x) == (ARTICLE.tile_m_b, ARTICLE.tile_m_w, ARTICLE.tile_m_x)
@@ -175,7 +176,7 @@ def test_tiled_golden_replays_the_declared_schedule(interpreter, variant):
     fn = _backend(variant)
     inputs = make_inputs(5000, 96, 200, seed=4)
     out = fn(**inputs)
-    gold = tiled_emulation(inputs, fn.schedule)
+    gold = tiled_emulation(SWIGLU, inputs, fn.schedule)
     for name in ("db_g", "db_fc"):
         assert torch.equal(out[name].float(), gold[name].float()), (
             f"{name}: max {int(bf16_ulps(out[name], gold[name].float()).max())} ULP from the tiled golden")

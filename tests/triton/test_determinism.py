@@ -9,7 +9,7 @@ import torch
 
 from accuracy.determinism import compare_runs, determinism, ordinal
 from kernels.contract import BackendUnsupported
-from kernels.torch_autograd import torch_eager
+from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 from tests.triton.test_backend_interpreter import make_inputs
 
 _calls = itertools.count(1)
@@ -39,7 +39,7 @@ def test_deterministic_backend_is_bit_identical():
 
 
 def test_triton_deterministic_is_bit_identical(interpreter):
-    from kernels.triton.backend import triton_deterministic
+    from operators.swiglu_backward.kernels.triton.backend import triton_deterministic
     rec = determinism(triton_deterministic, make_inputs(2049, 32, 64, seed=2), repeats=3)
     assert rec["status"] == "ok", rec.get("reason")
     assert rec["bit_identical"] is True, {k: v for k, v in rec["outputs"].items() if not v["bit_identical"]}

@@ -1,7 +1,7 @@
 """The two interpreter traps the kernels are built around (triton 3.9.0), pinned.
 
 If one of these starts failing, triton changed: the workaround in
-``kernels/triton/_kernels.py`` may be removable (say so there), never silently kept.
+``operators/swiglu_backward/kernels/triton/_kernels.py`` may be removable (say so there), never silently kept.
 """
 from __future__ import annotations
 

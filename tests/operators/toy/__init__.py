@@ -20,7 +20,7 @@ from accuracy.term_sums import ReductionTermSums
 from accuracy.ulp import bf16_spacing
 from goldens.rounding import round_to
 from goldens.schedule_data import Schedules
-from operators.declaration import ChunkGolden, Operator, OutputDecl, TensorDecl
+from contract.operator import ChunkGolden, Operator, OutputDecl, TensorDecl
 
 _THIS = sys.modules[__name__]
 

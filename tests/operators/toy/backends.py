@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from goldens.layers import tiled_emulation
-from tests.operators.toy import TILED, TORCH_BF16
+from tests.operators.toy import OPERATOR, TILED, TORCH_BF16
 
 
 def torch_bf16(*, a, b, s):
@@ -13,7 +13,7 @@ def torch_bf16(*, a, b, s):
 
 
 def tiled(*, a, b, s):
-    return {k: v.to(torch.bfloat16) for k, v in tiled_emulation({"a": a, "b": b, "s": s}, TILED).items()}
+    return {k: v.to(torch.bfloat16) for k, v in tiled_emulation(OPERATOR, {"a": a, "b": b, "s": s}, TILED).items()}
 
 
 def first_row_dropped(*, a, b, s):

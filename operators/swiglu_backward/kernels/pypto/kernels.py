@@ -4,7 +4,7 @@ Written from the PyPTO-Gym article (``shared/seed/000_a4f6d6d51265b160.txt``):
 
 * dynamic M (``pypto.DYNAMIC``), a ``pypto.loop`` over ``ceil(M / tile_m)`` tiles, the
   tail tile a ``pypto.view(..., valid_shape=[valid_m, n])``; tile_m per kernel from
-  ``kernels/pypto/schedule.py`` (the single source of truth: 1024 / 2048 / 1024);
+  ``operators/swiglu_backward/kernels/pypto/schedule.py`` (the single source of truth: 1024 / 2048 / 1024);
 * every input tile cast to FP32 first, all math in FP32, a cast back to BF16 only on store;
 * sigmoid as ``exp(g) / (1 + exp(g))`` (article variant) -- NaN once exp(g) overflows FP32,
   i.e. g > ~88.7;
@@ -34,7 +34,7 @@ PyPTO's import-time log folder out of the home directory).
 import torch
 
 from operators.swiglu_backward.schedule import TiledSchedule
-from kernels.pypto.interpreter import import_pypto
+from operators.swiglu_backward.kernels.pypto.interpreter import import_pypto
 
 pypto = import_pypto()
 

@@ -8,7 +8,7 @@ it claims (``fn.schedule``), so the framework compares it with the path it says 
 follows and its error is attributed to the kernel, not to the schedule.
 
 Why they live in ``kernels/`` and not under ``tests/``: a mutant is a backend like any
-other, so ``pytest cases/ --backend kernels.mutants:tail_dropped`` runs it through the
+other, so ``pytest cases/ --backend operators.swiglu_backward.kernels.mutants:tail_dropped`` runs it through the
 whole case matrix, records and report; the benchmark ``benchmarks/false_alarms.py``
 measures catch rates over seeds with them; and a test module is not an importable
 library (a kernel import path into ``tests/`` would break as soon as the tests are not
@@ -29,8 +29,9 @@ from collections.abc import Callable
 import torch
 
 from goldens.layers import tiled_emulation as _tiled_golden
+from operators.swiglu_backward import OPERATOR
 from operators.swiglu_backward.schedule import TiledSchedule
-from kernels.pypto.schedule import ARTICLE, HARDENED
+from operators.swiglu_backward.schedule import ARTICLE, HARDENED
 
 BF16 = torch.bfloat16
 F32 = torch.float32
@@ -263,13 +264,13 @@ _ZOO: dict[str, tuple[type[TileLoop], str]] = {
 }
 
 MUTANTS: dict[str, Callable] = {name: _kernel(loop, name, doc) for name, (loop, doc) in _ZOO.items()}
-globals().update(MUTANTS)     # kernels.mutants:NAME resolves from the CLI
+globals().update(MUTANTS)     # operators.swiglu_backward.kernels.mutants:NAME resolves from the CLI
 
 
 # ---------------------------------------------------------------------------- correct
 def tiled_emulation_hardened(*, x, w_g, w_fc, dy, g, fc):
     """The golden's tiled emulation of the hardened schedule, served as a kernel."""
-    out = _tiled_golden({"x": x, "w_g": w_g, "w_fc": w_fc, "dy": dy, "g": g, "fc": fc}, HARDENED)
+    out = _tiled_golden(OPERATOR, {"x": x, "w_g": w_g, "w_fc": w_fc, "dy": dy, "g": g, "fc": fc}, HARDENED)
     return {name: t.to(BF16) for name, t in out.items()}
 
 

@@ -1,6 +1,6 @@
 """The fused SwiGLU backward as Triton kernels: the article's three-kernel schedule on a GPU.
 
-Callables (the contract of ``kernels/contract.py``; each carries ``.schedule``):
+Callables (the contract of ``contract/backend.py``; each carries ``.schedule``):
 
 * ``triton_deterministic`` (registry name ``triton``): per-tile partials of db / dw
   rounded to BF16 and added in tile order by a second pass -- the article's BF16
@@ -8,9 +8,9 @@ Callables (the contract of ``kernels/contract.py``; each carries ``.schedule``):
 * ``triton_atomic`` (``triton-atomic``): FP32 atomics across tiles, one rounding to
   BF16; the FP32 order (and so possibly the last BF16 bit) varies run to run on a GPU.
   Stable sigmoid.
-* ``triton_article`` (import path ``kernels.triton.backend:triton_article``): the
+* ``triton_article`` (import path ``operators.swiglu_backward.kernels.triton.backend:triton_article``): the
   deterministic kernel with the article's ``exp(g)/(1+exp(g))`` sigmoid, so exactly
-  the article's schedule (``kernels.pypto.schedule.ARTICLE``), NaN for g > ~88.7.
+  the article's schedule (``operators.swiglu_backward.schedule.ARTICLE``), NaN for g > ~88.7.
 
 Where the kernels run:
 
@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import torch
 
 from operators.swiglu_backward.schedule import TiledSchedule
-from kernels.contract import BackendUnsupported, validate_inputs
-from kernels.triton.schedule import TRITON, TRITON_ARTICLE, TRITON_ATOMIC
+from contract.backend import BackendUnsupported, validate_inputs
+from operators.swiglu_backward import OPERATOR
+from operators.swiglu_backward.kernels.triton.schedule import TRITON, TRITON_ARTICLE, TRITON_ATOMIC
 
 # The interpreter runs each program in numpy (matmuls in BLAS). Measured here (2 cores,
 # deterministic variant): M,K,N = 2049,96,200 in 0.7 s; 1025,512,1024 in 3.9 s;
@@ -128,10 +129,10 @@ def interpreter_too_old(version: str) -> bool:
 
 def run(inputs: dict, schedule: TiledSchedule, *, atomic: bool, blocks: Blocks | None = None) -> dict:
     """Run the three kernels under ``schedule`` (tile sizes, accumulator dtypes, sigmoid form)."""
-    m, k, n = validate_inputs(inputs, allow_nonfinite=True)
+    m, k, n = validate_inputs(OPERATOR, inputs, allow_nonfinite=True)
     device = inputs["x"].device
     interpret = _mode(device, m, k, n)
-    from kernels.triton._kernels import build
+    from operators.swiglu_backward.kernels.triton._kernels import build
     kern = build(interpret)
     blocks = blocks or (INTERPRETER_BLOCKS if interpret else CUDA_BLOCKS)
     if schedule.plan.math != torch.float32:

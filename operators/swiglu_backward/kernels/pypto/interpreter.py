@@ -73,7 +73,7 @@ def check_version(version: str | None = None) -> str:
             f"(pip install 'swiglu-accuracy[pypto]' or pip install pypto=={SUPPORTED_VERSION})")
     if version != SUPPORTED_VERSION:
         raise PyptoVersionError(
-            f"pypto {version} is installed, but kernels/pypto/interpreter.py drives private API of "
+            f"pypto {version} is installed, but operators/swiglu_backward/kernels/pypto/interpreter.py drives private API of "
             f"pypto {SUPPORTED_VERSION} only (JitCallableWrapper internals, the pass-verify tensor dump). "
             f"Install pypto=={SUPPORTED_VERSION}, or port and re-test this module for {version}.")
     return version

@@ -1,10 +1,10 @@
 """The ``pypto`` and ``pypto-hardened`` backends: the article's three PyPTO kernels behind
-the contract of ``kernels/contract.py``.
+the contract of ``contract/backend.py``.
 
 Target (env ``SWIGLU_PYPTO_TARGET``):
 
 * ``npu``  -- run on an Ascend NPU through torch_npu; fail (never skip) if none is usable;
-* ``cpu``  -- run through PyPTO's own interpreter (``kernels/pypto/interpreter.py``);
+* ``cpu``  -- run through PyPTO's own interpreter (``operators/swiglu_backward/kernels/pypto/interpreter.py``);
 * ``auto`` (default) -- NPU when torch_npu imports and a device is visible, else CPU.
 
 NPU device: ``TILE_FWK_DEVICE_ID`` (default 0); under pytest-xdist worker ``gw<i>`` takes
@@ -26,8 +26,9 @@ import os
 import torch
 
 from operators.swiglu_backward.schedule import TiledSchedule
-from kernels.contract import BackendUnsupported, validate_inputs
-from kernels.pypto.schedule import ARTICLE, HARDENED
+from contract.backend import BackendUnsupported, validate_inputs
+from operators.swiglu_backward import OPERATOR
+from operators.swiglu_backward.schedule import ARTICLE, HARDENED
 
 TARGET_ENV = "SWIGLU_PYPTO_TARGET"
 DEVICE_ENV = "TILE_FWK_DEVICE_ID"
@@ -148,15 +149,15 @@ def _npu_device(index: int):
 
 
 def _run_npu(schedule: TiledSchedule, inputs: dict) -> dict:
-    from kernels.pypto import interpreter  # noqa: PLC0415  (version check, quiet import only)
+    from operators.swiglu_backward.kernels.pypto import interpreter  # noqa: PLC0415  (version check, quiet import only)
 
     pypto = interpreter.import_pypto()
-    from kernels.pypto import kernels as pk  # noqa: PLC0415
+    from operators.swiglu_backward.kernels.pypto import kernels as pk  # noqa: PLC0415
 
     count = _npu_count()
     if count == 0:
         raise PyptoTargetError("the NPU target was selected but no NPU is usable")
-    m, k, n = validate_inputs(inputs, allow_nonfinite=True)
+    m, k, n = validate_inputs(OPERATOR, inputs, allow_nonfinite=True)
     with _npu_device(npu_device_index(count)) as device:
         variant, b, w, x = pk.build(k, n, schedule, pypto.RunMode.NPU.value)
         inp = {name: t.to(device).contiguous() for name, t in inputs.items()}
@@ -214,12 +215,12 @@ def _mem_available() -> int | None:
 
 
 def _run_cpu(schedule: TiledSchedule, inputs: dict) -> dict:
-    m, k, n = validate_inputs(inputs, allow_nonfinite=True)
-    from kernels.pypto import interpreter  # noqa: PLC0415
+    m, k, n = validate_inputs(OPERATOR, inputs, allow_nonfinite=True)
+    from operators.swiglu_backward.kernels.pypto import interpreter  # noqa: PLC0415
 
     pypto = interpreter.import_pypto()  # checks the version; keeps PyPTO's logs out of ~/ascend
 
-    from kernels.pypto import kernels as pk  # noqa: PLC0415
+    from operators.swiglu_backward.kernels.pypto import kernels as pk  # noqa: PLC0415
 
     variant, b, w, x = pk.build(k, n, schedule, pypto.RunMode.SIM.value, widen_matmul_inputs=False)
     _check_cpu_capacity(m, k, n, variant)

@@ -1,6 +1,6 @@
 """The Triton kernels' schedules as data: read by the backend and by the tiled golden.
 
-Tile sizes over M come from the article's schedule (``kernels/pypto/schedule.py``
+Tile sizes over M come from the article's schedule (``operators/swiglu_backward/kernels/pypto/schedule.py``
 ARTICLE: 1024 / 2048 / 1024), never restated here. What the GPU changes is how the
 per-tile partials of db and dw are combined, since tiles run in parallel:
 
@@ -8,7 +8,7 @@ per-tile partials of db and dw are combined, since tiles run in parallel:
   rounded to BF16, to a ``[n_tiles, ...]`` buffer; a second pass adds them in tile
   order into a BF16 running value -- the article's ``out = out + cast(partial, BF16)``
   loop, bit for bit, whatever order the tiles ran in. Stable sigmoid.
-* ``TRITON_ARTICLE`` (deterministic, ``kernels.triton.backend:triton_article``): the
+* ``TRITON_ARTICLE`` (deterministic, ``operators.swiglu_backward.kernels.triton.backend:triton_article``): the
   same with the article's ``exp(g) / (1 + exp(g))`` sigmoid, i.e. exactly ARTICLE:
   the backend that shows the NaN for g > ~88.7.
 * ``TRITON_ATOMIC`` (backend ``triton-atomic``): every tile atomically adds its FP32
@@ -25,7 +25,7 @@ from dataclasses import replace
 import torch
 
 from operators.swiglu_backward.schedule import RoundingPlan
-from kernels.pypto.schedule import ARTICLE
+from operators.swiglu_backward.schedule import ARTICLE
 
 TRITON_ARTICLE = replace(ARTICLE, name="triton-article")
 TRITON = replace(ARTICLE, name="triton", plan=RoundingPlan(sigmoid="stable"))

@@ -22,8 +22,9 @@ by a relative error of about u_acc with random sign, the running sum grows like 
 the rms drift over rms grows like u_acc sqrt(T/2) (``probabilistic_model``); the
 deterministic bound grows like T u_acc sum|partials| / rms, linear in T for T u_acc << 1.
 
-``python -m reports drift -o DIR`` runs the study (``run``) and writes ``drift.json`` and one
-PNG per family (``drift-db.png``, ``drift-dw.png``; ``reports.plots.drift_study``).
+``python -m cases.drift_study -o DIR`` runs the study (``run``) and writes ``drift.json`` (with
+its axes and crossing table, so that a reader needs nothing else) and ``drift.md``; the report
+draws one figure per family from the JSON (``python -m reports drift DIR``, ``reports.plots``).
 """
 from __future__ import annotations
 
@@ -37,47 +38,75 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
+import operators
 from accuracy import allowance
 from accuracy.bounds import accumulation_bound, accumulator_roundoff, unit_roundoff
-from accuracy.tolerances import TOLERANCES
+from accuracy.tolerances import tolerances_for
 from cases.spec import CaseSpec, make_inputs
-from goldens.schedule import FP64_GLOBAL, TiledSchedule
+from contract.operator import Operator
+from contract.schedule import TiledSchedule
 from goldens.rounding import round_to
-from goldens.stream import OPERATOR, REDUCTION_OUTPUTS, GoldenPass
+from goldens.stream import GoldenPass
 
-# Drift relative to rms does not depend on the sizes after M for these inputs (every element of a
-# reduction is a sum over M of independent terms; the other sizes only count the elements): the
-# operator's small study shape (SwiGLU: K=64, N=128) keeps 20 seeds x 12 M values under five
-# minutes on 2 cores. ``shape_check`` measures the claim at the acceptance case's shape.
-STUDY_SHAPE = tuple(OPERATOR.study_shape or OPERATOR.shapes[-1])
-ARTICLE_M = OPERATOR.article_case[0]
-ARTICLE_SHAPE = tuple(OPERATOR.article_case[1:-2])
-# One tile of each kernel up to past the acceptance case's M (SwiGLU: the w kernel's tile edges
-# 2048 | 2049, a last tile of one row, and the article's M itself).
-STUDY_MS = tuple(sorted({1024, 2048, 2049, 4096, 4097, 8192, 16384, 32768, 65536, 131072, 262144, ARTICLE_M}))
 STUDY_SEEDS = 20
-# the acceptance case's scale profile, then unit scale
-STUDY_PROFILES = tuple(dict.fromkeys(p for p in (OPERATOR.article_case[-2], "unit") if p in OPERATOR.scales))
-
-
-def shape_label(shape) -> str:
-    """The sizes after M with their names: "K=64, N=128"."""
-    return ", ".join(f"{d}={v}" for d, v in zip(OPERATOR.dims[1:], shape))
-# A family: the operator's reductions stored at one point by one kernel (SwiGLU: db = db_g, db_fc
-# from the b kernel; dw = dw_g, dw_fc from the w kernel)
-FAMILIES = {}
-for _o in REDUCTION_OUTPUTS:
-    FAMILIES.setdefault(OPERATOR.output(_o).store_point, []).append(_o)
-FAMILIES = {fam: tuple(names) for fam, names in FAMILIES.items()}
-KERNEL_OF_FAMILY = {OPERATOR.output(names[0]).store_point: OPERATOR.output(names[0]).kernel
-                    for names in FAMILIES.values()}
 BAND = (0.1, 0.9)
 
 
-def declared_schedules() -> list[TiledSchedule]:
-    """The operator's schedules the study compares (``study_schedules``; SwiGLU: the article's with
-    BF16 accumulators, the hardened one with FP32 accumulators and PyTorch's one global FP32 sum)."""
-    return list(OPERATOR.schedules.study_schedules())
+@dataclass(frozen=True)
+class StudyAxes:
+    """What the study of one operator is made of, from its declaration."""
+    operator: str          # the name ``operators.get`` finds it by
+    shape: tuple           # the sizes after M the study runs at
+    acceptance_m: int      # the M of the operator's acceptance case
+    acceptance_shape: tuple
+    ms: tuple
+    profiles: tuple
+    dims: tuple            # the dimensions after M, by name
+    families: dict         # family -> its reduction outputs
+    kernel_of_family: dict
+
+    def shape_label(self, shape) -> str:
+        """The sizes after M with their names: "K=64, N=128"."""
+        return ", ".join(f"{d}={v}" for d, v in zip(self.dims, shape))
+
+    @property
+    def declaration(self) -> Operator:
+        return operators.get(self.operator)
+
+    def declared_schedules(self) -> list[TiledSchedule]:
+        """The operator's schedules the study compares (``study_schedules``; SwiGLU: the article's
+        with BF16 accumulators, the hardened one with FP32 accumulators and PyTorch's one global
+        FP32 sum)."""
+        return list(self.declaration.schedules.study_schedules())
+
+
+def axes(operator: Operator | str = operators.DEFAULT) -> StudyAxes:
+    """The study's axes for ``operator`` (a declaration or the name it is found by)."""
+    op = operators.get(operator) if isinstance(operator, str) else operator
+    acceptance_m = op.article_case[0]
+    # A family: the operator's reductions stored at one point by one kernel (SwiGLU: db = db_g, db_fc
+    # from the b kernel; dw = dw_g, dw_fc from the w kernel)
+    families: dict = {}
+    for o in op.reduction_outputs:
+        families.setdefault(op.output(o).store_point, []).append(o)
+    families = {fam: tuple(names) for fam, names in families.items()}
+    return StudyAxes(
+        operator=operators.key(op),
+        # Drift relative to rms does not depend on the sizes after M for these inputs (every element of
+        # a reduction is a sum over M of independent terms; the other sizes only count the elements):
+        # the operator's small study shape (SwiGLU: K=64, N=128) keeps 20 seeds x 12 M values under five
+        # minutes on 2 cores. ``shape_check`` measures the claim at the acceptance case's shape.
+        shape=tuple(op.study_shape or op.shapes[-1]),
+        acceptance_m=acceptance_m,
+        acceptance_shape=tuple(op.article_case[1:-2]),
+        # One tile of each kernel up to past the acceptance case's M (SwiGLU: the w kernel's tile
+        # edges 2048 | 2049, a last tile of one row, and the article's M itself).
+        ms=tuple(sorted({1024, 2048, 2049, 4096, 4097, 8192, 16384, 32768, 65536, 131072, 262144, acceptance_m})),
+        # the acceptance case's scale profile, then unit scale
+        profiles=tuple(dict.fromkeys(p for p in (op.article_case[-2], "unit") if p in op.scales)),
+        dims=tuple(op.dims[1:]),
+        families=families,
+        kernel_of_family={op.output(names[0]).store_point: op.output(names[0]).kernel for names in families.values()})
 
 
 def global_of(schedule: TiledSchedule) -> TiledSchedule:
@@ -117,8 +146,9 @@ class CasePoint:
     outputs: dict         # output -> OutputPoint
     seconds: float = 0.0
 
-    def family(self, fam: str) -> dict:
-        pts = [self.outputs[o] for o in FAMILIES[fam]]
+    def family(self, fam: str, outputs: Sequence[str]) -> dict:
+        """The family ``fam`` of reduction ``outputs`` (``StudyAxes.families``) as one point."""
+        pts = [self.outputs[o] for o in outputs]
         return {"drift_rms": math.sqrt(sum(p.drift_rms ** 2 for p in pts) / len(pts)),
                 "drift_max": max(p.drift_max for p in pts), "gate": max(p.gate for p in pts),
                 "gate_fails": sum(p.gate_fails for p in pts), "bound_max": max(p.bound_max for p in pts),
@@ -133,29 +163,31 @@ def _rms(t: torch.Tensor) -> float:
 def measure_case(spec: CaseSpec, schedules: Sequence[TiledSchedule]) -> list[CasePoint]:
     """Every schedule's drift, gate ratio and bound at one case: one reductions-only golden pass."""
     start = time.perf_counter()
+    op, ax = spec.declaration, axes(spec.operator)
     inputs = make_inputs(spec, "cpu")
-    layers = {"fp64": FP64_GLOBAL}
+    layers = {"fp64": op.schedules.FP64_GLOBAL}
     for s in schedules:
         layers[s.name] = s
         if not _is_global(s):
             layers[global_of(s).name] = global_of(s)
-    golden = GoldenPass(inputs, layers, terms=True, rows=False, accumulators=True)
+    golden = GoldenPass(op, inputs, layers, terms=True, rows=False, accumulators=True)
     for _ in golden.blocks():
         pass
     exact = golden.reductions["fp64"]
     ref_data = {}
-    for o in REDUCTION_OUTPUTS:
+    tolerances = tolerances_for(op)
+    for o in op.reduction_outputs:
         reference = round_to(exact[o], torch.bfloat16)
-        tol = TOLERANCES[o]
-        model = allowance.reduction(golden.terms, o, spec.m)
+        tol = tolerances[o]
+        model = allowance.reduction(golden.terms, o, op.output(o).kind, spec.m)
         limit = tol.element_bound(reference, model.vs_reference, _rms(reference))
         ref_data[o] = (reference, limit, _rms(exact[o]))
     points = []
     for s in schedules:
-        tiles = {fam: s.n_tiles(spec.m, KERNEL_OF_FAMILY[fam]) for fam in FAMILIES}
+        tiles = {fam: s.n_tiles(spec.m, ax.kernel_of_family[fam]) for fam in ax.families}
         outputs = {}
-        for fam, names in FAMILIES.items():
-            u_acc = accumulator_roundoff(s, KERNEL_OF_FAMILY[fam])
+        for fam, names in ax.families.items():
+            u_acc = accumulator_roundoff(s, ax.kernel_of_family[fam])
             for o in names:
                 reference, limit, scale = ref_data[o]
                 scale = scale or 1.0
@@ -186,7 +218,7 @@ def _worker(args) -> list[dict]:
     from accuracy.allocator import keep_freed_memory
     keep_freed_memory()
     torch.set_num_threads(1)
-    schedules = [s for s in declared_schedules() if s.name in names]
+    schedules = [s for s in axes(spec.operator).declared_schedules() if s.name in names]
     return [asdict(p) for p in measure_case(spec, schedules)]
 
 
@@ -196,21 +228,29 @@ def _from_dict(d: dict) -> CasePoint:
 
 @dataclass
 class StudyConfig:
-    ms: tuple = STUDY_MS
+    """``ms``, ``profiles``, ``shape``: empty for the operator's own (``axes``)."""
+    operator: str = operators.DEFAULT   # the name ``operators.get`` finds it by
+    ms: tuple = ()
     seeds: int = STUDY_SEEDS
     first_seed: int = 0
-    profiles: tuple = STUDY_PROFILES
-    shape: tuple = STUDY_SHAPE
+    profiles: tuple = ()
+    shape: tuple = ()
     schedules: tuple = ()      # names; empty: every declared schedule
     processes: int = 0         # 0: one per CPU
+
+    def filled(self) -> "StudyConfig":
+        ax = axes(self.operator)
+        return replace(self, ms=self.ms or ax.ms, profiles=self.profiles or ax.profiles, shape=self.shape or ax.shape)
 
 
 def run(config: StudyConfig, progress=print) -> dict:
     """Measure every (profile, M, seed) case in worker processes (one thread each: the cases are
     small and independent, so processes use the cores better than intra-op threads); the largest
     cases first so that the last to finish are short."""
-    names = config.schedules or tuple(s.name for s in declared_schedules())
-    specs = [CaseSpec(m, *config.shape, p, config.first_seed + i)
+    config = config.filled()
+    ax = axes(config.operator)
+    names = config.schedules or tuple(s.name for s in ax.declared_schedules())
+    specs = [CaseSpec(m, *config.shape, p, config.first_seed + i, operator=config.operator)
              for p in config.profiles for m in config.ms for i in range(config.seeds)]
     specs.sort(key=lambda s: -s.m)
     processes = config.processes or os.cpu_count() or 1
@@ -242,9 +282,11 @@ def run(config: StudyConfig, progress=print) -> dict:
     from accuracy import manifest, platform_facts
     # FP32 / FP64 math and exact BF16 casts only (no BF16 GEMM): the facts are recorded, not conditioned on
     platform = {"cpu": manifest.cpu(), "facts": platform_facts.measure(), "torch": torch.__version__}
-    return {"config": {**asdict(config), "schedules": list(names)}, "wall_s": wall, "platform": platform,
-            "processes": processes, "points": [asdict(p) for p in points],
-            "summary": summarize(points)}
+    study = {"config": {**asdict(config), "schedules": list(names)}, "axes": axes_record(ax), "wall_s": wall,
+             "platform": platform, "processes": processes, "points": [asdict(p) for p in points],
+             "summary": summarize(points, ax)}
+    study["table"] = crossing_table(study)
+    return study
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -285,15 +327,31 @@ def crossing(ms: Sequence[int], gate: Sequence[float]) -> dict:
     return {"m": None, "between": [ms[-1] if ms else None, None], "interpolated": None}
 
 
-def summarize(points: Sequence[CasePoint]) -> dict:
+def axes_record(ax: StudyAxes) -> dict:
+    """The axes as plain data in the study's JSON: what a reader of it (the report's figures) needs
+    about the operator and its schedules, so that it reads the JSON alone."""
+    schedules = {}
+    for s in ax.declared_schedules():
+        schedules[s.name] = {fam: {"tile_m": s.tile_m(kernel), "u_acc": unit_roundoff(s.accumulator(kernel))}
+                             for fam, kernel in ax.kernel_of_family.items()}
+    return {"operator": ax.operator, "dims": list(ax.dims), "acceptance_m": ax.acceptance_m,
+            "families": {fam: list(names) for fam, names in ax.families.items()}, "schedules": schedules}
+
+
+def study_axes(study: dict) -> StudyAxes:
+    """The axes of a study's operator (a study written before it named one: the default operator)."""
+    return axes(study.get("config", {}).get("operator") or operators.DEFAULT)
+
+
+def summarize(points: Sequence[CasePoint], ax: StudyAxes) -> dict:
     """Per profile, schedule and family: per M the median and 10-90% band over seeds of the drift,
     gate and bound ratios; the fitted slope of the median drift against T; where the median gate
     ratio crosses 1; the values at the article's M."""
     groups: dict = {}
     for p in points:
-        for fam in FAMILIES:
+        for fam, outputs in ax.families.items():
             groups.setdefault((p.profile, p.schedule, fam), {}).setdefault(p.m, []).append(
-                (p.tiles[fam], p.family(fam)))
+                (p.tiles[fam], p.family(fam, outputs)))
     summary: dict = {}
     for (profile, schedule, fam), by_m in sorted(groups.items()):
         ms = sorted(by_m)
@@ -303,14 +361,14 @@ def summarize(points: Sequence[CasePoint]) -> dict:
             series[key] = {"median": [_quantile(v, 0.5) for v in vals], "p10": [_quantile(v, BAND[0]) for v in vals],
                            "p90": [_quantile(v, BAND[1]) for v in vals]}
         series["gate_fail_share"] = [sum(f["gate"] > 1 for _, f in by_m[m]) / len(by_m[m]) for m in ms]
-        article = ms.index(ARTICLE_M) if ARTICLE_M in ms else None
+        article = ms.index(ax.acceptance_m) if ax.acceptance_m in ms else None
         summary.setdefault(profile, {}).setdefault(schedule, {})[fam] = {
             **series,
             "slope": fit_slope(series["tiles"], series["drift_rms"]["median"]),
             "bound_slope": fit_slope(series["tiles"], series["bound_max"]["median"]),
             "crossing": crossing(ms, series["gate"]["median"]),
             "at_article_m": None if article is None else {
-                "m": ARTICLE_M, "tiles": series["tiles"][article],
+                "m": ax.acceptance_m, "tiles": series["tiles"][article],
                 "drift_rms": series["drift_rms"]["median"][article],
                 "drift_max": series["drift_max"]["median"][article],
                 "gate": series["gate"]["median"][article],
@@ -321,24 +379,29 @@ def summarize(points: Sequence[CasePoint]) -> dict:
 
 @dataclass
 class ShapeCheck:
-    """The drift ratio at the acceptance case's shape beside the study's on the same M and seeds."""
+    """The drift ratio at the acceptance case's shape beside the study's on the same M and seeds
+    (``shapes`` empty: those two)."""
+    operator: str = operators.DEFAULT
     ms: tuple = (8192, 32768)
     seeds: int = 3
-    shapes: tuple = (STUDY_SHAPE, ARTICLE_SHAPE)
+    shapes: tuple = ()
     rows: list = field(default_factory=list)
 
 
-def shape_check(check: ShapeCheck, profile: str = STUDY_PROFILES[0], schedule: str | None = None) -> ShapeCheck:
-    """``schedule``: a declared schedule's name (default: the operator's default schedule)."""
-    schedule = schedule or OPERATOR.schedules.default_schedule().name
-    sched = [s for s in declared_schedules() if s.name == schedule]
+def shape_check(check: ShapeCheck, profile: str | None = None, schedule: str | None = None) -> ShapeCheck:
+    """``profile``: default the study's first; ``schedule``: a declared schedule's name (default:
+    the operator's default schedule)."""
+    ax = axes(check.operator)
+    profile = profile or ax.profiles[0]
+    schedule = schedule or ax.declaration.schedules.default_schedule().name
+    sched = [s for s in ax.declared_schedules() if s.name == schedule]
     for m in check.ms:
-        for shape in check.shapes:
-            vals = {fam: [] for fam in FAMILIES}
+        for shape in check.shapes or (ax.shape, ax.acceptance_shape):
+            vals = {fam: [] for fam in ax.families}
             for seed in range(check.seeds):
-                (p,) = measure_case(CaseSpec(m, *shape, profile, seed), sched)
-                for fam in FAMILIES:
-                    vals[fam].append(p.family(fam)["drift_rms"])
+                (p,) = measure_case(CaseSpec(m, *shape, profile, seed, operator=check.operator), sched)
+                for fam, outputs in ax.families.items():
+                    vals[fam].append(p.family(fam, outputs)["drift_rms"])
             check.rows.append({"m": m, "shape": list(shape), "profile": profile, "schedule": schedule,
                                **{f"{fam}_drift_rms_median": statistics.median(v) for fam, v in vals.items()}})
     return check
@@ -356,8 +419,9 @@ def crossing_table(study: dict) -> list[dict]:
     """Per profile, family and schedule: where the median gate ratio crosses 1 and the values
     at the article's M."""
     rows = []
+    families = study_axes(study).families
     for profile, by_sched in study["summary"].items():
-        for fam in FAMILIES:
+        for fam in families:
             for name, fams in by_sched.items():
                 f = fams.get(fam)
                 if f is None:
@@ -378,10 +442,12 @@ def crossing_table(study: dict) -> list[dict]:
 
 def markdown(study: dict) -> str:
     cfg = study["config"]
+    ax = study_axes(study)
+    families, shape_label = ax.families, ax.shape_label
     lines = [f"Drift study: {shape_label(cfg['shape'])}, {cfg['seeds']} seeds per M, M in "
              f"{', '.join(map(str, cfg['ms']))}; {study['wall_s']:.0f} s on {study['processes']} processes.",
              "",
-             f"| profile | family | schedule | gate crossed (median ratio > 1) | rms drift / rms at M={ARTICLE_M} "
+             f"| profile | family | schedule | gate crossed (median ratio > 1) | rms drift / rms at M={ax.acceptance_m} "
              "| max drift / rms | gate ratio | seeds failing | fitted slope vs T |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in crossing_table(study):
@@ -393,28 +459,21 @@ def markdown(study: dict) -> str:
         rows = check["rows"]
         lines += ["", f"Shape check ({rows[0]['schedule'] if rows else ''} schedule, {rows[0]['profile'] if rows else ''} "
                   f"scale, median rms drift / rms over {check['seeds']} seeds):", "",
-                  "| M | shape | " + " | ".join(FAMILIES) + " |", "|---|---|" + "---|" * len(FAMILIES)]
+                  "| M | shape | " + " | ".join(families) + " |", "|---|---|" + "---|" * len(families)]
         for r in rows:
             lines.append(f"| {r['m']} | {shape_label(r['shape'])} | "
-                         + " | ".join(_fmt(r[f"{fam}_drift_rms_median"]) for fam in FAMILIES) + " |")
+                         + " | ".join(_fmt(r[f"{fam}_drift_rms_median"]) for fam in families) + " |")
     return "\n".join(lines) + "\n"
 
 
-FIGURES = {fam: f"drift-{fam}.png" for fam in FAMILIES}
-
-
 def write(study: dict, out) -> dict:
-    """``drift.json``, ``drift.md`` and one PNG per family in ``out``; returns their paths."""
+    """``drift.json`` and ``drift.md`` in ``out``; returns their paths."""
     import json
     from pathlib import Path
 
-    from reports import plots
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "drift.json", "markdown": out / "drift.md"}
     paths["json"].write_text(json.dumps(study, separators=(",", ":")))
     paths["markdown"].write_text(markdown(study))
-    for fam, name in FIGURES.items():
-        paths[fam] = out / name
-        plots.drift_study(study, fam, paths[fam])
     return paths
