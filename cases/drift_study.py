@@ -28,8 +28,10 @@ draws one figure per family from the JSON (``python -m reports drift DIR``, ``re
 """
 from __future__ import annotations
 
+import argparse
 import math
 import os
+import sys
 import statistics
 import time
 from collections.abc import Sequence
@@ -477,3 +479,67 @@ def write(study: dict, out) -> dict:
     paths["json"].write_text(json.dumps(study, separators=(",", ":")))
     paths["markdown"].write_text(markdown(study))
     return paths
+
+
+def main(argv=None) -> int:
+    """``python -m cases.drift_study -o DIR [--operator NAME] ...``: run the study, write drift.json and drift.md."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    import operators
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--operator", default=operators.DEFAULT)
+    known, _ = pre.parse_known_args(argv)
+    try:
+        ax = axes(known.operator)
+    except operators.OperatorNotFound as exc:
+        print(f"error: --operator: {exc}", file=sys.stderr)
+        return 2
+    scales = ax.declaration.scales
+    parser = argparse.ArgumentParser(prog="python -m cases.drift_study",
+                                     description="the tile-vs-global drift of every declared schedule against M, "
+                                                 "from the goldens alone (cases.drift_study)")
+    parser.add_argument("--operator", default=operators.DEFAULT, metavar="NAME",
+                        help=f"the operator whose schedules are studied (default: {operators.DEFAULT})")
+    parser.add_argument("-o", "--out", required=True, help="directory for drift.json, drift.md, drift-db.png, "
+                                                            "drift-dw.png")
+    parser.add_argument("--ms", type=int, nargs="+", default=list(ax.ms), metavar="M")
+    parser.add_argument("--seeds", type=int, default=STUDY_SEEDS)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--profiles", nargs="+", default=list(ax.profiles), choices=sorted(scales))
+    parser.add_argument("--shape", default=",".join(map(str, ax.shape)), metavar="SIZES",
+                        help=f"the sizes after M, comma-separated ({ax.shape_label(ax.shape)} by default: "
+                             f"drift relative to rms does not depend on them)")
+    parser.add_argument("--processes", type=int, default=0, help="worker processes (default: one per CPU)")
+    parser.add_argument("--shape-check", action="store_true",
+                        help=f"also measure the default schedule's drift at the acceptance case's shape "
+                             f"({ax.shape_label(ax.acceptance_shape)}) beside the study's (3 seeds at M=8192 and 32768)")
+    args = parser.parse_args(argv)
+    try:
+        shape = tuple(int(v) for v in args.shape.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != len(ax.shape) or min(args.ms) < 1 or args.seeds < 1 or min(shape) < 1:
+        print(f"error: M and seeds must be >= 1, and --shape {len(ax.shape)} sizes >= 1 "
+              f"(e.g. --shape {','.join(map(str, ax.shape))})", file=sys.stderr)
+        return 2
+    from accuracy.output_paths import OutputPathError, output_folder
+    try:
+        output_folder(args.out)
+    except OutputPathError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    config = StudyConfig(operator=ax.operator, ms=tuple(sorted(set(args.ms))), seeds=args.seeds, first_seed=args.first_seed,
+                           profiles=tuple(args.profiles), shape=shape, processes=args.processes)
+    study = run(config)
+    if args.shape_check:
+        start = time.perf_counter()
+        check = shape_check(ShapeCheck(operator=ax.operator))
+        study["shape_check"] = {"ms": list(check.ms), "seeds": check.seeds, "rows": check.rows,
+                                "wall_s": time.perf_counter() - start}
+    paths = write(study, args.out)
+    print(markdown(study))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,7 +3,7 @@
 ``python -m reports csv RESULTS -o FILE``: the dual-benchmark metrics as msprobe's detail CSV
 (``reports.msprobe_csv``).
 
-``python -m reports drift -o DIR``: the tile-vs-global drift study (``reports.drift_study``)."""
+``python -m reports drift DIR``: the figures of a tile-vs-global drift study (``python -m cases.drift_study -o DIR``)."""
 from __future__ import annotations
 
 import argparse
@@ -36,60 +36,18 @@ def csv_main(argv) -> int:
 
 
 def drift_main(argv) -> int:
-    import operators
-    from reports import drift_study as S
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--operator", default=operators.DEFAULT)
-    known, _ = pre.parse_known_args(argv)
-    try:
-        ax = S.axes(known.operator)
-    except operators.OperatorNotFound as exc:
-        print(f"error: --operator: {exc}", file=sys.stderr)
-        return 2
-    scales = ax.declaration.scales
     parser = argparse.ArgumentParser(prog="python -m reports drift",
-                                     description="the tile-vs-global drift of every declared schedule against M, "
-                                                 "from the goldens alone (reports.drift_study)")
-    parser.add_argument("--operator", default=operators.DEFAULT, metavar="NAME",
-                        help=f"the operator whose schedules are studied (default: {operators.DEFAULT})")
-    parser.add_argument("-o", "--out", required=True, help="directory for drift.json, drift.md, drift-db.png, "
-                                                            "drift-dw.png")
-    parser.add_argument("--ms", type=int, nargs="+", default=list(ax.ms), metavar="M")
-    parser.add_argument("--seeds", type=int, default=S.STUDY_SEEDS)
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--profiles", nargs="+", default=list(ax.profiles), choices=sorted(scales))
-    parser.add_argument("--shape", default=",".join(map(str, ax.shape)), metavar="SIZES",
-                        help=f"the sizes after M, comma-separated ({ax.shape_label(ax.shape)} by default: "
-                             f"drift relative to rms does not depend on them)")
-    parser.add_argument("--processes", type=int, default=0, help="worker processes (default: one per CPU)")
-    parser.add_argument("--shape-check", action="store_true",
-                        help=f"also measure the default schedule's drift at the acceptance case's shape "
-                             f"({ax.shape_label(ax.acceptance_shape)}) beside the study's (3 seeds at M=8192 and 32768)")
+                                     description="draw a drift study's figures (one PNG per reduction family) "
+                                                 "next to its drift.json (made by python -m cases.drift_study)")
+    parser.add_argument("study", help="the study's directory (drift.json inside)")
     args = parser.parse_args(argv)
+    from reports.drift_figures import StudyUnreadable, draw, load_study
     try:
-        shape = tuple(int(v) for v in args.shape.split(","))
-    except ValueError:
-        shape = ()
-    if len(shape) != len(ax.shape) or min(args.ms) < 1 or args.seeds < 1 or min(shape) < 1:
-        print(f"error: M and seeds must be >= 1, and --shape {len(ax.shape)} sizes >= 1 "
-              f"(e.g. --shape {','.join(map(str, ax.shape))})", file=sys.stderr)
-        return 2
-    from accuracy.output_paths import OutputPathError, output_folder
-    try:
-        output_folder(args.out)
-    except OutputPathError as exc:
+        study = load_study(args.study)
+        paths = draw(study, args.study)
+    except (StudyUnreadable, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    config = S.StudyConfig(operator=ax.operator, ms=tuple(sorted(set(args.ms))), seeds=args.seeds, first_seed=args.first_seed,
-                           profiles=tuple(args.profiles), shape=shape, processes=args.processes)
-    study = S.run(config)
-    if args.shape_check:
-        start = time.perf_counter()
-        check = S.shape_check(S.ShapeCheck(operator=ax.operator))
-        study["shape_check"] = {"ms": list(check.ms), "seeds": check.seeds, "rows": check.rows,
-                                "wall_s": time.perf_counter() - start}
-    paths = S.write(study, args.out)
-    print(S.markdown(study))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
@@ -108,7 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-heatmap", action="store_true",
                         help="leave out the per-tile drift heatmap")
     parser.add_argument("--drift-study", metavar="DIR",
-                        help="a drift study's directory (python -m reports drift -o DIR); default OUT/drift "
+                        help="a drift study's directory (python -m cases.drift_study -o DIR); default OUT/drift "
                              "when it holds one")
     args = parser.parse_args(argv)
     import operators

@@ -157,29 +157,24 @@ def _run_plot_jobs(jobs: list, processes: int | None) -> int:
 
 
 def _drift_study(out: Path, source, img) -> dict | None:
-    """The drift study's figures (copied next to the page) and crossing table, when there is one."""
-    import shutil
-    from reports import drift_study as S
+    """The drift study's figures (drawn from its JSON next to the page) and crossing table, when
+    there is one."""
+    from reports.drift_figures import StudyUnreadable, draw, load_study, shape_label
     folder = Path(source) if source is not None else out / "drift"
-    path = folder / "drift.json"
-    if not path.is_file():
-        if source is not None:
-            raise FileNotFoundError(f"no drift study at {folder} (expected {path}; make one with "
-                                    f"python -m reports drift -o {folder})")
+    if source is None and not (folder / "drift.json").is_file():
         return None
-    study = json.loads(path.read_text())
+    try:
+        study = load_study(folder)
+    except StudyUnreadable as exc:
+        raise FileNotFoundError(str(exc)) from None
     figures = []
-    ax = S.study_axes(study)
-    for fam, name in S.figures(ax).items():
-        png = folder / name
-        if png.is_file():
-            rel = img(f"study-{fam}")
-            shutil.copyfile(png, out / rel)
-            figures.append({"family": fam, "src": rel})
+    for fam, path in draw(study, out / PLOTS).items():
+        rel = img(f"study-{fam}")
+        path.replace(out / rel)
+        figures.append({"family": fam, "src": rel})
     cfg = study["config"]
-    shape = ax.shape_label(cfg["shape"]) if "shape" in cfg else f"K={cfg.get('k')}, N={cfg.get('n')}"
-    return {"figures": figures, "table": S.crossing_table(study), "config": cfg, "shape": shape, "wall_s": study.get("wall_s"),
-            "source": str(folder), "shape_check": study.get("shape_check")}
+    return {"figures": figures, "table": study["table"], "config": cfg, "shape": shape_label(study, cfg["shape"]),
+            "wall_s": study.get("wall_s"), "source": str(folder), "shape_check": study.get("shape_check")}
 
 
 # --------------------------------------------------------------------------- render
@@ -203,7 +198,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     ``heatmap``: the per-tile drift of the operator's default schedule at the largest case whose
     records carry it (``reports.tiledrift``; recorded by the golden pass, nothing is recomputed).
     ``processes``: plot in that many processes (default: up to 8 when there are >= 12 plots and >= 4 CPUs;
-    1: serially). ``drift_study``: the directory of a drift study (``python -m reports drift -o DIR``);
+    1: serially). ``drift_study``: the directory of a drift study (``python -m cases.drift_study -o DIR``);
     default ``out_dir/drift`` when it holds one. Its figures and crossing table head the drift section."""
     t_start, cpu_start = time.perf_counter(), time.process_time()
     timings: dict[str, float] = {}

@@ -298,21 +298,23 @@ def _note(ax, lines: Sequence[str]) -> None:
                 bbox=dict(facecolor="white", alpha=0.85, lw=0))
 
 
+def study_shape_label(study: dict, shape) -> str:
+    """A drift study's sizes after M with their names: "K=64, N=128"."""
+    return ", ".join(f"{d}={v}" for d, v in zip(study["axes"]["dims"], shape))
+
+
 def drift_study(study: dict, family: str, path: Path) -> None:
-    """One reduction family of a drift study (``reports.drift_study``): per scale profile, top the
+    """One reduction family of a drift study (``cases.drift_study``, read from its JSON): per scale profile, top the
     rms drift (tiled accumulator - global sum) / rms(FP64) against M with its 10-90% band over
     seeds, the model u_acc sqrt(T/2), the deterministic bound and the gate's rms tolerance;
     bottom the gate's element-wise ratio (fails above 1) for every schedule."""
     from matplotlib.lines import Line2D
 
-    from reports.drift_study import probabilistic_model, study_axes
-    from accuracy.bounds import unit_roundoff
-    axes_of = study_axes(study)
-    ARTICLE_M, FAMILIES, KERNEL_OF_FAMILY = axes_of.acceptance_m, axes_of.families, axes_of.kernel_of_family
-    shape_label = axes_of.shape_label
+    axes_of = study["axes"]
+    ARTICLE_M, FAMILIES = axes_of["acceptance_m"], axes_of["families"]
     summary = study["summary"]
     profiles = list(summary)
-    schedules = {s.name: s for s in axes_of.declared_schedules()}
+    schedules = axes_of["schedules"]      # name -> family -> tile_m, u_acc
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     with plt.rc_context({"font.size": 10, "axes.titlesize": 11, "legend.fontsize": 10}):
         fig, axes = plt.subplots(2, len(profiles), figsize=(6.0 * len(profiles), 8.6), squeeze=False,
@@ -329,9 +331,9 @@ def drift_study(study: dict, family: str, path: Path) -> None:
                 info = labels.setdefault(name, {"slopes": [], "drift": False, "tiled": False})
                 color = SCHEDULE_COLOR.get(name, "#7f7f7f")
                 ms, tiles = fam["m"], fam["tiles"]
-                sched = schedules.get(name)
-                if sched is not None and sched.tile_m(KERNEL_OF_FAMILY[family]):
-                    tile_rows = sched.tile_m(KERNEL_OF_FAMILY[family])
+                sched = schedules.get(name, {}).get(family)
+                if sched is not None and sched["tile_m"]:
+                    tile_rows = sched["tile_m"]
                 _band(bottom, ms, fam["gate"], color, name, marker="o", ms=4, lw=1.8)
                 if not any(v > 0 for v in fam["gate"]["median"]):
                     gate_notes.append(f"{name}: equal to the reference (ratio 0) at every M")
@@ -346,12 +348,11 @@ def drift_study(study: dict, family: str, path: Path) -> None:
                 info["drift"] = True
                 _band(top, ms, fam["drift_rms"], color, name, marker="o", ms=4, lw=1.8)
                 info["slopes"].append(f"{fam['slope']:.2f} {profile}" if fam.get("slope") is not None else "-")
-                acc = sched.accumulator(KERNEL_OF_FAMILY[family]) if sched else None
-                if acc is not None:
+                if sched is not None:
                     # the accumulator's own unit roundoff: 2^-8 for BF16, 2^-24 for an FP32 accumulator
-                    # whose drift is the FP32 order of the tile partials' additions
-                    top.plot(ms, [probabilistic_model(t, unit_roundoff(acc)) for t in tiles], color=color, ls="--",
-                             lw=1.2)
+                    # whose drift is the FP32 order of the tile partials' additions; the model of a
+                    # random-sign sum over T tiles, u_acc sqrt(T/2) (``cases.drift_study.probabilistic_model``)
+                    top.plot(ms, [sched["u_acc"] * math.sqrt(t / 2) for t in tiles], color=color, ls="--", lw=1.2)
                 top.plot(ms, [v if v > 0 else float("nan") for v in fam["bound_max"]["median"]], color=color,
                          ls=":", lw=1.2)
             # the gate's level in drift units: rms of the element tolerance (the same for every schedule)
@@ -394,7 +395,7 @@ def drift_study(study: dict, family: str, path: Path) -> None:
             handles.append(Line2D([], [], **{"color": "#333333", "lw": 1.2, **style}))
             texts.append(text)
         cfg = study["config"]
-        fig.suptitle(f"{family}: tile-vs-global drift and the gate against M ({shape_label(cfg['shape'])}, "
+        fig.suptitle(f"{family}: tile-vs-global drift and the gate against M ({study_shape_label(study, cfg['shape'])}, "
                      f"{cfg['seeds']} seeds per M)", fontsize=12.5, y=0.995)
         fig.legend(handles, texts, loc="lower center", ncol=2, frameon=False)
         rows = math.ceil(len(handles) / 2)

@@ -1,4 +1,4 @@
-"""The drift study (``reports.drift_study``): its numbers come from the golden pass and agree with
+"""The drift study (``cases.drift_study``): its numbers come from the golden pass and agree with
 the gate; its figures load in a real browser at 100% zoom on a laptop-sized window."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from cases.evaluate import evaluate_case, records_for
 from cases.spec import CaseSpec
 from kernels.registry import resolve
-from reports import drift_study as S
+from cases import drift_study as S
 from reports.browser import check_page, find_chromium
 from operators.swiglu_backward import OPERATOR as SWIGLU
 
@@ -75,18 +75,24 @@ def test_slope_and_crossing_arithmetic():
 def test_cli_writes_the_json_the_table_and_both_figures(tmp_path):
     from PIL import Image
 
-    from reports.__main__ import main
+    from reports.__main__ import main as reports_main
     out = tmp_path / "drift"
-    assert main(["drift", "-o", str(out), "--ms", "1024", "4096", "8192", "--seeds", "2", "--shape", "8,16",
-                 "--processes", "1"]) == 0
+    assert S.main(["-o", str(out), "--ms", "1024", "4096", "8192", "--seeds", "2", "--shape", "8,16",
+                   "--processes", "1"]) == 0
     study = json.loads((out / "drift.json").read_text())
     assert study["config"]["seeds"] == 2 and len(study["points"]) == 2 * 3 * 2 * 3
+    assert study["config"]["operator"] == "swiglu_backward" and set(study["axes"]["families"]) == {"db", "dw"}
     assert "| seed | dw | article |" in (out / "drift.md").read_text()
-    for name in S.figures(S.axes(SWIGLU)).values():
-        width, height = Image.open(out / name).size
+    assert reports_main(["drift", str(out)]) == 0           # the figures, from the JSON alone
+    for fam in ("db", "dw"):
+        width, height = Image.open(out / f"drift-{fam}.png").size
         assert (width, height) == (1200, 860)     # fits a 1366-px laptop screen at 100% zoom
-    assert main(["drift", "-o", str(out), "--seeds", "0"]) == 2
-    assert main(["drift", "-o", str(out), "--shape", "8"]) == 2      # SwiGLU has two sizes after M
+    assert S.main(["-o", str(out), "--seeds", "0"]) == 2
+    assert S.main(["-o", str(out), "--shape", "8"]) == 2      # SwiGLU has two sizes after M
+    assert S.main(["-o", str(out), "--operator", "nosuchop"]) == 2
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "drift.json").write_text(json.dumps({"config": {}, "summary": {}}))
+    assert reports_main(["drift", str(tmp_path / "old")]) == 2      # written before the study kept its axes
 
 
 @pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (/usr/bin/chromium); "

@@ -1,0 +1,47 @@
+"""A drift study's figures from its JSON alone (``python -m cases.drift_study`` writes it with its
+axes and crossing table): one PNG per reduction family (``reports.plots.drift_study``)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reports import plots
+from reports.plots import study_shape_label as shape_label  # noqa: F401  (the page's label of a study's shape)
+
+REQUIRED = ("config", "axes", "summary", "table")
+
+
+class StudyUnreadable(ValueError):
+    """A drift.json that is missing, not JSON, or written before the study recorded its axes."""
+
+
+def load_study(folder) -> dict:
+    path = Path(folder) / "drift.json"
+    try:
+        study = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StudyUnreadable(f"no drift study at {folder} (expected {path}; make one with "
+                              f"python -m cases.drift_study -o {folder})") from None
+    except ValueError as exc:
+        raise StudyUnreadable(f"{path}: not JSON ({exc})") from None
+    missing = [k for k in REQUIRED if k not in study]
+    if missing:
+        raise StudyUnreadable(f"{path}: a drift study without {', '.join(missing)} (written before the study "
+                              f"recorded them); run python -m cases.drift_study -o {folder} again")
+    return study
+
+
+def figure_names(study: dict) -> dict[str, str]:
+    """One PNG per reduction family."""
+    return {fam: f"drift-{fam}.png" for fam in study["axes"]["families"]}
+
+
+def draw(study: dict, out) -> dict[str, Path]:
+    """Every family's figure in ``out``; returns their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for fam, name in figure_names(study).items():
+        paths[fam] = out / name
+        plots.drift_study(study, fam, paths[fam])
+    return paths
