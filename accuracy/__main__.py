@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from accuracy.merge import MergeError, merge_runs
+from accuracy.output_paths import OutputPathError, output_folder
+from accuracy.record_diff import describe, diff_records
+from accuracy.results import ResultsNotFound, load_records
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m accuracy")
@@ -22,11 +27,7 @@ def main(argv=None) -> int:
                       help="floats may differ by this relative amount (verdicts, counts, indices and strings "
                            "stay exact); the largest difference per field is printed")
     args = parser.parse_args(argv)
-    from accuracy.merge import MergeError, merge_runs
-    from accuracy.output_paths import OutputPathError, output_folder
-    from accuracy.results import ResultsNotFound, load_records
     if args.command == "diff":
-        from accuracy.record_diff import describe, diff_records
         try:
             d = diff_records(load_records(args.before), load_records(args.after), args.float_rtol)
         except ResultsNotFound as exc:

@@ -13,6 +13,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from accuracy import fused
+from accuracy.allowance import DIRECTION_BIAS, SCALE_BIAS, SIGN_MAX_ULP, SIGN_MIN_ULP, TAIL_SIGMAS
 from accuracy.dual import REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL
 from accuracy.localized import LocalSums
 from accuracy.tolerances import Tolerance
@@ -310,8 +312,6 @@ class ErrorStats:
         if arrays is None:
             return False
         a, b, rounded, allow, exact_np, noise, bound_np = arrays
-        from accuracy import fused
-        from accuracy.allowance import SIGN_MAX_ULP, SIGN_MIN_ULP
         n = a.shape[0]
         width = actual.shape[-1] if actual.dim() > 1 else 1
         block = pieces[0].actual.numel() if len(pieces) > 1 else n
@@ -642,7 +642,6 @@ class ErrorStats:
         """Sums of the fitted scale beta = sum e r / sum r^2 (e = kernel - FP64, r = FP64) and its
         model variance sum var r^2 / (sum r^2)^2 (var = the kernel's own store, ULP^2/12, plus
         ``noise_var``); counts of errors toward zero and away from it, of at least 1/4 ULP."""
-        from accuracy.allowance import SIGN_MAX_ULP, SIGN_MIN_ULP
         self.aggregate_seen = True
         e = a.double() - exact
         spacing = bf16_spacing(exact)
@@ -764,7 +763,6 @@ class ErrorStats:
         }
 
     def _aggregate_result(self, atol: float = 0.0) -> dict:
-        from accuracy.allowance import DIRECTION_BIAS, SCALE_BIAS, TAIL_SIGMAS
         beta = self.sum_eb / self.sum_bb if self.sum_bb > 0 else 0.0
         sigma = math.sqrt(self.sum_vbb) / self.sum_bb if self.sum_bb > 0 else 0.0
         counted = self.n_toward + self.n_away

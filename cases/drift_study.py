@@ -31,8 +31,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -41,8 +41,10 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 import operators
-from accuracy import allowance
+from accuracy import allowance, manifest, platform_facts
+from accuracy.allocator import keep_freed_memory
 from accuracy.bounds import accumulation_bound, accumulator_roundoff, unit_roundoff
+from accuracy.output_paths import OutputPathError, output_folder
 from accuracy.tolerances import tolerances_for
 from cases.spec import CaseSpec, make_inputs
 from contract.operator import Operator
@@ -217,7 +219,6 @@ def measure_case(spec: CaseSpec, schedules: Sequence[TiledSchedule]) -> list[Cas
 
 def _worker(args) -> list[dict]:
     spec, names = args
-    from accuracy.allocator import keep_freed_memory
     keep_freed_memory()
     torch.set_num_threads(1)
     schedules = [s for s in axes(spec.operator).declared_schedules() if s.name in names]
@@ -281,7 +282,6 @@ def run(config: StudyConfig, progress=print) -> dict:
         if pool is not None:
             pool.shutdown()
     wall = time.perf_counter() - start
-    from accuracy import manifest, platform_facts
     # FP32 / FP64 math and exact BF16 casts only (no BF16 GEMM): the facts are recorded, not conditioned on
     platform = {"cpu": manifest.cpu(), "facts": platform_facts.measure(), "torch": torch.__version__}
     study = {"config": {**asdict(config), "schedules": list(names)}, "axes": axes_record(ax), "wall_s": wall,
@@ -484,7 +484,6 @@ def write(study: dict, out) -> dict:
 def main(argv=None) -> int:
     """``python -m cases.drift_study -o DIR [--operator NAME] ...``: run the study, write drift.json and drift.md."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    import operators
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--operator", default=operators.DEFAULT)
     known, _ = pre.parse_known_args(argv)
@@ -521,7 +520,6 @@ def main(argv=None) -> int:
         print(f"error: M and seeds must be >= 1, and --shape {len(ax.shape)} sizes >= 1 "
               f"(e.g. --shape {','.join(map(str, ax.shape))})", file=sys.stderr)
         return 2
-    from accuracy.output_paths import OutputPathError, output_folder
     try:
         output_folder(args.out)
     except OutputPathError as exc:

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import operators
+from accuracy.results import load_manifest, load_records
 from cases.expectations import QUANTITIES, Bound, Expectation, measured_size, parse
 
 BOUND_LINE = re.compile(r"^bound\.[A-Za-z0-9_]+\s*=")
@@ -153,7 +155,6 @@ def _fmt(b: Bound | None) -> str:
 
 def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
     """``directory``: the known failures' folder (default: that of the run's operator, from its manifest)."""
-    from accuracy.results import load_manifest, load_records
     parser = argparse.ArgumentParser(prog="python -m cases.expectations update", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", help="a results directory or results.json of a matrix run")
@@ -169,7 +170,6 @@ def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
     if manifest is None:
         parser.error(f"{args.results} has no run manifest: its platform facts are unknown, so no bound can be "
                      "attributed to a platform; rerun the matrix with this version")
-    import operators
     selected = (manifest.get("selection") or {}).get("operator") or operators.DEFAULT
     name = args.operator or selected
     if not isinstance(name, str):

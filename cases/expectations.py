@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tomllib
+
+from accuracy.platform_facts import FACT_VALUES
 from contract.operator import Operator
 
 REQUIRED = ("backend", "case", "output", "golden", "reason")
@@ -164,7 +166,6 @@ def _bound(path: Path, i: int, output: str, raw) -> Bound:
 
 
 def parse(text: str, path: Path, registered: tuple[str, ...] = ()) -> list[Expectation]:
-    from accuracy.platform_facts import FACT_VALUES
     entries = []
     for i, raw in enumerate(tomllib.loads(text).get("expected", [])):
         missing = [k for k in REQUIRED if not str(raw.get(k, "")).strip()]

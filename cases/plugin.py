@@ -19,13 +19,24 @@ from pathlib import Path
 
 import pytest
 
+import operators
+from accuracy.allocator import keep_freed_memory
 from accuracy.dual import DEFAULT_BENCHMARK
-from accuracy.output_paths import probe_writable
-
+from accuracy.manifest import build as build_manifest
+from accuracy.output_paths import OutputPathError, output_folder, probe_writable
+from accuracy.results import ResultsNotFound, load_results, merge, point_latest, prune_finished, run_dir
+from cases.devices import describe as describe_devices
+from cases.devices import worker_device
+from cases.evaluate import ScheduleError, declared_schedule
+from cases.matrix import LARGE_M, CaseSyntaxError, acceptance_case
+from cases.matrix import planned_cases as plan
+from cases.shards import assignment
+from cases.spec import InputsFileError
+from cases.summary import summary_lines
+from kernels.registry import BackendNotFound, resolve
 
 
 def pytest_addoption(parser):
-    import operators
     group = parser.getgroup("accuracy", "accuracy matrix of a fused BF16 operator")
     group.addoption("--operator", action="append", default=None, metavar="NAME",
                     help=f"an operator under test: a registered name ({', '.join(sorted(operators.OPERATORS))}) "
@@ -39,10 +50,11 @@ def pytest_addoption(parser):
     group.addoption("--profile", choices=("quick", "full", "none"), default="quick",
                     help="quick: every M edge and scale at least once (CI); full: the cross product; "
                          "none: only the --case cases")
-    group.addoption("--case", action="append", default=[], metavar="SIZES,SCALE[,SEED]",
+    group.addoption("--case", action="append", default=[], metavar="[OPERATOR:]SIZES,SCALE[,SEED]",
                     help="add a case (repeatable): the operator's dimension sizes in its order, a scale profile "
                          "and a seed, e.g. a production SwiGLU shape: --case 8192,4096,11008,unit (M,K,N); "
-                         "gated and reported like the matrix's own")
+                         "gated and reported like the matrix's own; in a run of several operators, prefix it with one "
+                         "(--case rmsnorm_backward:1025,1024,unit) or it applies to each")
     group.addoption("--inputs", action="append", default=[], metavar="FILE.safetensors",
                     help="add a case whose inputs are this file's tensors (the operator's input names, BF16; "
                          "e.g. activations captured in a model); repeatable")
@@ -125,7 +137,6 @@ def pytest_configure(config):
     if config.getoption("--gate", default="absolute") != "absolute" and benchmark_name(config) is None:
         raise pytest.UsageError(f"--gate {config.getoption('--gate')} needs a benchmark; --benchmark none turns it off")
     # every process that streams goldens (the controller without xdist, each xdist worker)
-    from accuracy.allocator import keep_freed_memory
     keep_freed_memory()
     # group cells of one case on one worker; harmless without xdist
     if hasattr(config.option, "dist") and config.option.dist in ("load", "no") and getattr(
@@ -133,7 +144,6 @@ def pytest_configure(config):
         config.option.dist = "loadgroup"
     if not hasattr(config, "workerinput"):
         _check_device(config.getoption("--device"))
-        from cases.evaluate import ScheduleError, declared_schedule
         for operator in run_operators(config):
             for backend in selected_backends(config, operator):   # bad import paths and schedules stop the run here
                 try:
@@ -151,8 +161,6 @@ def pytest_configure(config):
 def _check_report_paths(config) -> None:
     """--report-dir and --baseline before any case runs: a report that cannot be written or a
     baseline that cannot be read would otherwise be found out only at the end of the run."""
-    from accuracy.output_paths import OutputPathError, output_folder
-    from accuracy.results import ResultsNotFound, load_results
     report_dir = config.getoption("--report-dir")
     if report_dir:
         try:
@@ -176,7 +184,6 @@ def run_operators(config) -> list:
     """The run's operators (``contract.operator.Operator`` values), in --operator order, each once;
     the SwiGLU backward when none is named. An unknown name stops the run, naming it."""
     if OPERATORS not in config.stash:
-        import operators
         names = list(dict.fromkeys(config.getoption("--operator", default=None) or [operators.DEFAULT]))
         try:
             config.stash[OPERATORS] = [operators.get(name) for name in names]
@@ -187,7 +194,6 @@ def run_operators(config) -> list:
 
 def operator_keys(config) -> list[str]:
     """The names the run's operators are found by (``operators.key``)."""
-    import operators
     return [operators.key(op) for op in run_operators(config)]
 
 
@@ -202,8 +208,8 @@ def _check_device(device: str) -> None:
         return
     if kind == "npu":
         try:
-            import torch_npu  # noqa: F401  (registers torch.npu)
             import torch
+            import torch_npu  # noqa: F401  (registers torch.npu)
             if torch.npu.is_available():
                 return
         except ImportError as exc:
@@ -255,7 +261,6 @@ def all_backend_names(config) -> list[str]:
 
 
 def selected_backends(config, operator):
-    from kernels.registry import BackendNotFound, resolve
     try:
         return [resolve(operator, n) for n in backend_names(config, operator)]
     except BackendNotFound as exc:
@@ -274,14 +279,11 @@ def planned_cases(config) -> list:
 
 
 def _plan_cases(config) -> list:
-    from cases.matrix import CaseSyntaxError, planned_cases as plan
-    from cases.spec import InputsFileError
     cases, cells, seen = [], 0, {}
     for operator in run_operators(config):
         try:
             mine = plan(operator, config.getoption("--profile"), config.getoption("--seeds"),
-                        tuple(config.getoption("--case", default=None) or ()),
-                        tuple(config.getoption("--inputs", default=None) or ()))
+                        _addressed_to(config, operator, "--case"), _addressed_to(config, operator, "--inputs"))
         except (CaseSyntaxError, InputsFileError) as exc:
             prefix = f"--operator {operator.name}: " if len(run_operators(config)) > 1 else ""
             raise pytest.UsageError(prefix + str(exc)) from exc
@@ -298,10 +300,24 @@ def _plan_cases(config) -> list:
     return cases
 
 
+def _addressed_to(config, operator, option: str) -> tuple[str, ...]:
+    """The values of ``option`` (--case, --inputs) for ``operator``: those prefixed with its name
+    (``rmsnorm_backward:1025,1024,unit``) and the unprefixed ones (every operator of the run)."""
+    names = {n for op in run_operators(config) for n in (op.name, operators.key(op))}
+    mine = []
+    for text in config.getoption(option, default=None) or ():
+        prefix, sep, rest = text.partition(":")
+        if sep and prefix in names:
+            if prefix in (operator.name, operators.key(operator)):
+                mine.append(rest)
+        else:
+            mine.append(text)
+    return tuple(mine)
+
+
 def pytest_generate_tests(metafunc):
     if "cell" not in metafunc.fixturenames:
         return
-    from cases.matrix import LARGE_M, acceptance_case
     config = metafunc.config
     backends = {op.name: selected_backends(config, op) for op in run_operators(config)}
     cases = planned_cases(config)
@@ -332,7 +348,6 @@ def shard_assignment(config, case_ids) -> dict[str, int] | None:
     shards = config.getoption("--num-shards", default=1)
     if shards <= 1:
         return None
-    from cases.shards import assignment
     return assignment(case_ids, shards, config.getoption("--shard-durations", default=None))
 
 
@@ -390,11 +405,9 @@ def run_manifest(config) -> dict:
     if workerinput is not None and "swiglu_manifest" in workerinput:
         return workerinput["swiglu_manifest"]
     if MANIFEST not in config.stash:
-        from accuracy.manifest import build
-        from cases.devices import describe
-        manifest = build(config.getoption("--device"))
+        manifest = build_manifest(config.getoption("--device"))
         manifest["selection"] = run_selection(config)
-        manifest["devices"] = describe(config.getoption("--device"))
+        manifest["devices"] = describe_devices(config.getoption("--device"))
         config.stash[MANIFEST] = manifest
     return config.stash[MANIFEST]
 
@@ -402,7 +415,8 @@ def run_manifest(config) -> dict:
 def run_selection(config) -> dict:
     """What decides the run's plan: a merge of shards checks that every shard agrees on it."""
     keys = operator_keys(config)
-    return {"operator": keys[0] if len(keys) == 1 else keys, "profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
+    several = {"case_operators": {c.id: c.operator for c in planned_cases(config)}} if len(keys) > 1 else {}
+    return {**several, "operator": keys[0] if len(keys) == 1 else keys, "profile": config.getoption("--profile"), "seeds": config.getoption("--seeds"),
             "cases": list(config.getoption("--case", default=None) or ()),
             "inputs": [c.id for c in planned_cases(config) if c.inputs_file is not None],
             "backends": all_backend_names(config), "benchmark": benchmark_name(config),
@@ -418,7 +432,6 @@ DEVICE = pytest.StashKey[str]()
 def case_device(config) -> str:
     """This process's device for ``--device`` (``cases.devices``): one per xdist worker."""
     if DEVICE not in config.stash:
-        from cases.devices import worker_device
         config.stash[DEVICE] = worker_device(config.getoption("--device"), os.environ.get("PYTEST_XDIST_WORKER"))
     return config.stash[DEVICE]
 
@@ -447,7 +460,6 @@ def results_root(config) -> Path:
 
 
 def run_folder(config) -> Path:
-    from accuracy.results import run_dir
     return run_dir(results_root(config), run_id(config))
 
 
@@ -495,12 +507,10 @@ def pytest_sessionfinish(session, exitstatus):
         (folder / "shards").mkdir(parents=True, exist_ok=True)
         if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             session.exitstatus = pytest.ExitCode.OK
-    from accuracy.results import merge, point_latest, prune_finished
     merged = merge(folder, manifest=run_manifest(config), planned=planned)
     point_latest(results_root(config), folder.name)
     prune_finished(results_root(config))
     config.stash[MERGED] = (folder / "results.json", merged["missing"], merged["unreadable_shards"])
-    from cases.summary import summary_lines
     config.stash[SUMMARY] = summary_lines(merged["records"])
     if merged["missing"] or merged["unreadable_shards"]:
         session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))

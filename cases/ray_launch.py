@@ -37,7 +37,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from contract.records import FAILING, GOLDEN_PREFIX   # the records' vocabulary (torch-free)
+from accuracy.merge import merge_runs
+from accuracy.output_paths import OutputPathError, output_folder
+from accuracy.results import TMP_PREFIX
+from cases.shards import assignment
+from contract.records import CASE_ID_PATTERN, FAILING, GOLDEN_PREFIX  # the records' vocabulary (torch-free)
 
 ROOT = Path(__file__).resolve().parents[1]
 VISIBILITY = {"NPU": "ASCEND_RT_VISIBLE_DEVICES", "GPU": "CUDA_VISIBLE_DEVICES"}
@@ -73,7 +77,6 @@ def device_env(assigned: dict[str, list], requested: dict[str, float], cluster: 
 
 
 def _cells_of(run_root: Path) -> list[Path]:
-    from accuracy.results import TMP_PREFIX
     return [p for p in run_root.glob("runs/*/shards/*/*.json") if not p.name.startswith(TMP_PREFIX)]
 
 
@@ -123,8 +126,6 @@ def run_shard(shard: int, shards: int, pytest_args: list[str], requested: dict[s
 def planned_cells(pytest_args: list[str], shards: int, cwd: Path = ROOT) -> dict[int, list[tuple[str, str]]]:
     """Shard -> its planned (case, backend) cells, from a local collection of the same selection,
     split as the plugin splits it (``cases.shards.assignment``, with ``--shard-durations`` if given)."""
-    from contract.records import CASE_ID_PATTERN
-    from cases.shards import assignment
     proc = subprocess.run([sys.executable, "-m", "pytest", "cases/", "--collect-only", "-q", "-p", "no:xdist",
                            "-p", "no:cacheprovider", *pytest_args], cwd=cwd, capture_output=True, text=True)
     cell = re.compile(rf"test_cell\[(?P<case>{CASE_ID_PATTERN})-(?P<backend>.+)\]$")
@@ -142,7 +143,6 @@ def launch(pytest_args: list[str], shards: int, requested: dict[str, float], out
            address: str | None = None, init_kwargs: dict | None = None, echo=print) -> dict:
     """Run every shard as a Ray task, stream progress, merge into ``out``; returns a summary."""
     import ray
-    from accuracy.merge import merge_runs
     start = time.perf_counter()
     plan = planned_cells(pytest_args, shards)
     total = sum(len(v) for v in plan.values())
@@ -214,7 +214,6 @@ def main(argv=None) -> int:
         parser.error(str(exc))
     if args.shards < 1:
         parser.error("--shards must be >= 1")
-    from accuracy.output_paths import OutputPathError, output_folder
     try:
         output_folder(args.out, "--out")
     except OutputPathError as exc:

@@ -18,6 +18,8 @@ import hashlib
 import statistics
 from collections.abc import Iterable, Mapping
 
+from accuracy.results import load_records
+
 
 def hashed_shard(case_id: str, num_shards: int) -> int:
     digest = hashlib.sha256(case_id.encode()).digest()
@@ -49,7 +51,6 @@ def assignment(case_ids: Iterable[str], num_shards: int, durations_source=None) 
     file: ``--shard-durations``), when given; what the pytest plugin and the Ray launcher both use."""
     durations = None
     if durations_source:
-        from accuracy.results import load_records
         durations = durations_from_records(load_records(durations_source))
     return assign(case_ids, num_shards, durations)
 

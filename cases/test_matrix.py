@@ -12,13 +12,16 @@ import json
 
 import pytest
 
+import operators
 from accuracy.dual import DEFAULT_BENCHMARK
 from accuracy.gate import AccuracyError
 from accuracy.results import _safe, to_json, write_atomic, write_cell
 from cases import expectations
-from cases.evaluate import evaluate_case, golden_records, records_for
 from cases.devices import golden_device
+from cases.evaluate import evaluate_case, golden_records, records_for
+from cases.matrix import PROFILES
 from cases.plugin import CELLS, _worker, benchmark_name, case_device, platform_facts, run_folder, shard_dir
+from kernels.registry import resolve
 
 _CASES: dict = {}          # case id -> the case's evaluated cells (JSON), per worker process
 _PENDING: dict = {}        # case id -> backends this process has still to report
@@ -38,7 +41,6 @@ def _evaluate(config, spec) -> dict:
     bench = benchmark_name(config)
     if bench is not None and bench not in [b.name for b in backends]:
         # its outputs are the dual verdict's denominator even where its own cells were deselected
-        from kernels.registry import resolve
         backends.append(resolve(operator, bench))
     device, facts = case_device(config), platform_facts(config)
     golden_dev = golden_device(device)
@@ -87,8 +89,6 @@ def _release(spec, backend):
 def rerun_command(config, spec, backend: str) -> str:
     """One command that reruns this cell alone (its inputs regenerate from the case id)."""
     import shlex
-    from cases.matrix import PROFILES
-    import operators
     args = ["pytest", "cases/", "-p", "no:xdist", "--backend", backend, "-k", f"{spec.id}-{backend}"]
     if spec.operator != operators.DEFAULT:
         args += ["--operator", spec.operator]

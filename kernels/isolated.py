@@ -26,15 +26,14 @@ import signal
 import sys
 import tempfile
 import time
-import torch.multiprocessing as mp
-
 from typing import Protocol
 
 import torch
+import torch.multiprocessing as mp
 
 from contract.operator import Operator
 from kernels.registry import Backend, BackendNotFound, resolve_path
-from kernels.runner import BackendRun
+from kernels.runner import TEXT_CAP, BackendRun, TailBuffer, describe, run_backend
 
 
 class InputFactory(Protocol):
@@ -56,11 +55,9 @@ def _child(name: str, path: str, conn) -> None:
     dies with its parent (a worker killed by SIGKILL leaves no child behind)."""
     os.setsid()
     _die_with_parent()
-    from kernels.runner import run_backend
     try:
         backend = resolve_path(name, path)
     except BaseException as exc:   # noqa: BLE001 - the parent fails this backend's cells with the reason
-        from kernels.runner import describe
         conn.send(("failed", str(exc) if isinstance(exc, BackendNotFound) else describe(exc)))
         return
     conn.send("ready")
@@ -98,7 +95,6 @@ def _die_with_parent() -> None:
 def _fd_output():
     """File descriptors 1 and 2 into a temporary file for the body; yields a ``TailBuffer`` that
     holds the file's last characters afterwards."""
-    from kernels.runner import TEXT_CAP, TailBuffer
     tail = TailBuffer()
     with tempfile.TemporaryFile() as sink:
         saved = [os.dup(1), os.dup(2)]

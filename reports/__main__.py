@@ -10,6 +10,13 @@ import argparse
 import sys
 import time
 
+import operators
+from accuracy.output_paths import OutputPathError, output_file, output_folder
+from accuracy.results import ResultsNotFound, load_records, load_results, resolve_results
+from reports.drift_figures import StudyUnreadable, draw, load_study
+from reports.msprobe_csv import write
+from reports.page import render
+
 
 def csv_main(argv) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports csv",
@@ -17,9 +24,6 @@ def csv_main(argv) -> int:
     parser.add_argument("results", help="a results directory, a run folder or a results JSON file")
     parser.add_argument("-o", "--out", required=True, help="the CSV file to write")
     args = parser.parse_args(argv)
-    from accuracy.output_paths import OutputPathError, output_file
-    from accuracy.results import load_records
-    from reports.msprobe_csv import write
     try:
         records = load_records(args.results)
         output_file(args.out)
@@ -41,7 +45,6 @@ def drift_main(argv) -> int:
                                                  "next to its drift.json (made by python -m cases.drift_study)")
     parser.add_argument("study", help="the study's directory (drift.json inside)")
     args = parser.parse_args(argv)
-    from reports.drift_figures import StudyUnreadable, draw, load_study
     try:
         study = load_study(args.study)
         paths = draw(study, args.study)
@@ -69,10 +72,6 @@ def main(argv=None) -> int:
                         help="a drift study's directory (python -m cases.drift_study -o DIR); default OUT/drift "
                              "when it holds one")
     args = parser.parse_args(argv)
-    import operators
-    from accuracy.output_paths import OutputPathError, output_folder
-    from accuracy.results import ResultsNotFound, load_results, resolve_results
-    from reports.page import render
     start = time.perf_counter()
     baseline, baseline_error = args.baseline, None
     if baseline is not None:

@@ -9,7 +9,6 @@ string from the results (case ids, backend import paths) is escaped.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
@@ -19,9 +18,14 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+import operators
 from accuracy.dual import RATIO_LIMITS
-from accuracy.results import write_text_atomic
+from accuracy.metrics import histogram_edges
+from accuracy.results import load_records, load_results, write_text_atomic
 from reports import data as D
+from reports import plots as P
+from reports import tiledrift
+from reports.drift_figures import StudyUnreadable, draw, load_study, shape_label
 
 TEMPLATES = Path(__file__).parent / "templates"
 PLOTS = "plots"
@@ -32,7 +36,6 @@ PLOTS = "plots"
 def load(results: str | os.PathLike) -> list[dict]:
     """Records of a results file, a run folder, or a results directory's latest run
     (``accuracy.results.resolve_results``)."""
-    from accuracy.results import load_records
     path = Path(results)
     if not path.exists():
         raise FileNotFoundError(f"results directory {path} does not exist")
@@ -88,7 +91,6 @@ def environment() -> Environment:
 
 def _edges() -> dict:
     try:
-        from accuracy.metrics import histogram_edges
         return histogram_edges()
     except Exception:   # noqa: BLE001 - the report still renders without histograms
         return {}
@@ -109,12 +111,10 @@ def _tile_rows(op) -> dict[str, int | None]:
 
 def _tile_drift(idx: D.Index, op):
     """The default schedule's per-tile drift, as the golden pass recorded it (``reports.tiledrift``)."""
-    from reports import tiledrift
     return tiledrift.from_records(idx, op.schedules.default_schedule().name, op)
 
 
 def _plot_job(job) -> None:
-    from reports import plots as P
     name, args, path = job
     getattr(P, name)(*args, path)
 
@@ -159,7 +159,6 @@ def _run_plot_jobs(jobs: list, processes: int | None) -> int:
 def _drift_study(out: Path, source, img) -> dict | None:
     """The drift study's figures (drawn from its JSON next to the page) and crossing table, when
     there is one."""
-    from reports.drift_figures import StudyUnreadable, draw, load_study, shape_label
     folder = Path(source) if source is not None else out / "drift"
     if source is None and not (folder / "drift.json").is_file():
         return None
@@ -200,22 +199,58 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     ``processes``: plot in that many processes (default: up to 8 when there are >= 12 plots and >= 4 CPUs;
     1: serially). ``drift_study``: the directory of a drift study (``python -m cases.drift_study -o DIR``);
     default ``out_dir/drift`` when it holds one. Its figures and crossing table head the drift section."""
-    t_start, cpu_start = time.perf_counter(), time.process_time()
+    t_start = time.perf_counter()
+    if not Path(results_dir).exists():
+        raise FileNotFoundError(f"results directory {results_dir} does not exist")
+    data = load_results(results_dir)          # read once: records, manifest and run facts
+    # the run's own operators (its manifest's selection): their outputs, schedules and titles
+    selection = (data.get("manifest") or {}).get("selection") or {}
+    chosen = selection.get("operator") or operators.DEFAULT
+    options = dict(heatmap=heatmap, title=title, processes=processes, drift_study=drift_study)
+    if isinstance(chosen, str):
+        return _render_operator(data, operators.get(chosen), Path(out_dir), results_dir, baseline,
+                                None if baseline is None else load(baseline), t_start, **options)
+    return _render_sections(data, chosen, selection.get("case_operators") or {}, Path(out_dir), results_dir,
+                            baseline, **options)
+
+
+def _render_sections(data: dict, keys: list, case_operators: Mapping, out: Path, results_dir, baseline,
+                     **options) -> Path:
+    """A run of several operators: one page per operator (``OUT/<operator>/index.html``, its records
+    alone) and ``OUT/index.html`` with a section per operator: its verdict counts and its page."""
+    previous = load(baseline) if baseline is not None else None
+    sections = []
+    for key in keys:
+        op = operators.get(key)
+        mine = [r for r in data["records"] if isinstance(r, Mapping) and case_operators.get(str(r.get("case"))) == key]
+        base = None if previous is None else [r for r in previous if case_operators.get(str(r.get("case"))) == key]
+        _render_operator({**data, "records": mine}, op, out / op.name, results_dir, baseline, base,
+                         time.perf_counter(), **options)
+        idx = D.index(mine, op)
+        counts = D.status_counts(D.verdict_cells(idx), idx.backends)
+        sections.append({"name": op.name, "title": op.title or op.name, "href": f"{op.name}/index.html",
+                         "cases": len(idx.cases), "backends": idx.backends, "counts": counts})
+    html = environment().get_template("operators.html.j2").render(
+        title=options.get("title") or "accuracy report: " + ", ".join(s["title"] for s in sections),
+        results_dir=str(results_dir), sections=sections,
+        generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+    path = out / "index.html"
+    write_text_atomic(path, html)
+    return path
+
+
+def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_records: list | None,
+                     t_start: float, *, heatmap: bool = True, title: str | None = None,
+                     processes: int | None = None, drift_study=None) -> Path:
+    """One operator's page from its records (``data``: the loaded results, its records only;
+    ``baseline_records``: the baseline's records of the same operator, named ``baseline``)."""
+    cpu_start = time.process_time()
     timings: dict[str, float] = {}
-    out = Path(out_dir)
     plots = out / PLOTS
     plots.mkdir(parents=True, exist_ok=True)
     for old in plots.glob("*.png"):
         old.unlink()
-
     t0 = time.perf_counter()
-    from accuracy.results import load_results
-    if not Path(results_dir).exists():
-        raise FileNotFoundError(f"results directory {results_dir} does not exist")
-    data = load_results(results_dir)          # read once: records, manifest and run facts
-    # the run's own operator (its manifest's selection): its outputs, schedules and title
-    import operators
-    op = operators.get(((data.get("manifest") or {}).get("selection") or {}).get("operator") or operators.DEFAULT)
     records = [r for r in data["records"] if isinstance(r, Mapping)]
     platform = D.platform_summary(data.get("manifest"))
     run_info = _run_info(data)
@@ -228,11 +263,10 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     panels = D.drift_panels(idx)
     dual = D.dual_tables(idx)
     diff = None
-    if baseline is not None:
-        diff = D.baseline_diff(idx, D.index(load(baseline), op))
+    if baseline_records is not None:
+        diff = D.baseline_diff(idx, D.index(baseline_records, op))
     timings["data"] = time.perf_counter() - t0
 
-    from reports import plots as P
     t0, c0 = time.perf_counter(), time.process_time()
     images: dict[str, str] = {}
     jobs: list[tuple[str, tuple, Path]] = []    # (plots function, args, path): run serially or in a pool

@@ -28,13 +28,9 @@ class TileDrift:
     block: int = DEFAULT_BLOCK
 
 
-def from_records(idx, schedule: str, operator=None) -> tuple[TileDrift | None, str]:
+def from_records(idx, schedule: str, operator) -> tuple[TileDrift | None, str]:
     """The heatmap of ``schedule`` (a schedule name) from the records' ``tile_drift``: the largest
-    case that has it, at the scale of ``operator``'s acceptance case first (default: the
-    registry's default operator). Returns (drift or None, why)."""
-    if operator is None:
-        import operators
-        operator = operators.get()
+    case that has it, at the scale of ``operator``'s acceptance case first. Returns (drift or None, why)."""
     op = operator
     layer = f"tiled:{schedule}"
     found: dict = {}

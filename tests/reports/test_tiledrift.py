@@ -55,12 +55,12 @@ def test_the_report_reads_the_drift_the_case_recorded():
     with_drift = [r for r in records if "tile_drift" in r]
     assert {r["output"] for r in with_drift} == set(REDUCTIONS)
     assert {r["backend"] for r in with_drift} == {f"golden:tiled:{ARTICLE.name}"}
-    td, why = from_records(D.index(records), ARTICLE.name)
+    td, why = from_records(D.index(records), ARTICLE.name, SWIGLU)
     assert td is not None and td.case == SPEC.id, why
     expected = _record(ARTICLE, make_inputs(SPEC)).result()[ARTICLE.name]
     for o in REDUCTIONS:
         assert td.max_drift[o] == expected[o]["max_drift"]          # the same numbers, not a replay's
-    assert from_records(D.index([r for r in records if "tile_drift" not in r]), ARTICLE.name)[0] is None
+    assert from_records(D.index([r for r in records if "tile_drift" not in r]), ARTICLE.name, SWIGLU)[0] is None
 
 
 def test_the_heatmap_prefers_the_acceptance_scale_then_the_largest_m():
@@ -71,7 +71,7 @@ def test_the_heatmap_prefers_the_acceptance_scale_then_the_largest_m():
                                               "mean_drift": [1.0], "max_bound": [2.0], "utilisation": [0.5]}}
     records = [rec("M4097-K8-N16-outliers-s0", 4097, "outliers"), rec("M2049-K8-N16-seed-s0", 2049, "seed"),
                rec("M1025-K8-N16-seed-s0", 1025, "seed"), rec("M3000-K8-N16-unit-s0", 3000, "unit")]
-    td, _ = from_records(D.index(records), ARTICLE.name)
+    td, _ = from_records(D.index(records), ARTICLE.name, SWIGLU)
     assert td.case == "M2049-K8-N16-seed-s0"
-    td, _ = from_records(D.index(records[:1] + records[3:]), ARTICLE.name)
+    td, _ = from_records(D.index(records[:1] + records[3:]), ARTICLE.name, SWIGLU)
     assert td.case == "M3000-K8-N16-unit-s0"

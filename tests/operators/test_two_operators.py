@@ -1,0 +1,54 @@
+"""Two operators in one pytest run: one results file and one report with a section per operator,
+merged and diffed like a one-operator run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.operators.matrix_run import ROOT, verdicts
+
+WRONG_TOY = "tests.operators.toy.backends:first_row_dropped"
+
+
+def test_two_operators_in_one_run_give_one_results_file_and_one_report(tmp_path):
+    args = ["--operator", "swiglu_backward", "--operator", "tests.operators.toy", "--profile", "none",
+            "--case", "swiglu_backward:1025,96,200,unit", "--case", "toy:1500,33,unit", "--case", "toy:3,8,tiny",
+            "--backend", "torch-eager", "--backend", "tiled-emulation", "--backend", WRONG_TOY]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "cases/", "-p", "no:xdist", "-p", "no:cacheprovider",
+                           *args, "--results-dir", str(tmp_path / "r"), "--report-dir", str(tmp_path / "report")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    text = proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the toy's wrong kernel does not exist for the SwiGLU backward: its cells there fail with the reason
+    [results] = sorted((tmp_path / "r").glob("runs/*/results.json"))
+    data = json.loads(results.read_text())
+    selection = data["manifest"]["selection"]
+    assert selection["operator"] == ["swiglu_backward", "tests.operators.toy"], text
+    assert selection["case_operators"] == {"M1025-K96-N200-unit-s0": "swiglu_backward",
+                                           "M1500-N33-unit-s0": "tests.operators.toy",
+                                           "M3-N8-tiny-s0": "tests.operators.toy"}
+    cells = verdicts(data["records"])
+    for case in ("M1500-N33-unit-s0", "M3-N8-tiny-s0"):
+        assert cells[("torch-eager", case)] == cells[("tiled-emulation", case)] == {"y": "pass", "z": "pass"}
+        assert cells[(WRONG_TOY, case)] == {"y": "pass", "z": "fail"}, cells[(WRONG_TOY, case)]
+    swiglu = {"dg", "dfc", "db_g", "db_fc", "dw_g", "dw_fc", "dx"}
+    for name in ("torch-eager", "tiled-emulation"):
+        outputs = cells[(name, "M1025-K96-N200-unit-s0")]
+        assert set(outputs) == swiglu and set(outputs.values()) == {"pass"}, (name, outputs)
+    assert proc.returncode == 1, text      # the wrong kernels fail the run
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert 'id="op-swiglu_backward"' in page and 'id="op-toy"' in page
+    for op in ("swiglu_backward", "toy"):
+        assert (tmp_path / "report" / op / "index.html").is_file()
+    # each page's verdict matrix holds its own operator's cells (row anchors "#r-<case>-<backend>-<output>")
+    assert 'href="#r-m1500-n33-unit-s0-' in (tmp_path / "report" / "toy" / "index.html").read_text()
+    swiglu_page = (tmp_path / "report" / "swiglu_backward" / "index.html").read_text()
+    assert 'href="#r-m1025-k96-n200-unit-s0-' in swiglu_page and 'href="#r-m1500-n33-unit-s0-' not in swiglu_page
+    # merged and diffed like any run
+    run = results.parent
+    merged = subprocess.run([sys.executable, "-m", "accuracy", "merge", str(run), "-o", str(tmp_path / "merged")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    diff = subprocess.run([sys.executable, "-m", "accuracy", "diff", str(run), str(tmp_path / "merged")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert diff.returncode == 0 and " 0 differ" in diff.stdout, diff.stdout + diff.stderr
