@@ -22,7 +22,7 @@ choices and the model of each (``operators.<name>.gate``: SwiGLU's are in
 
 Not legitimate for any operator (they fail): BF16 math, BF16 cross-tile accumulation beyond
 what the element-wise allowance absorbs, flushing subnormals to zero (a platform that does it
-is recorded by ``accuracy.platform_facts`` and expected, conditioned on that fact), rounding
+is recorded by ``runs.platform_facts`` and expected, conditioned on that fact), rounding
 toward zero.
 
 The tail constant. Uniform rounding errors are strictly sub-Gaussian (variance proxy =

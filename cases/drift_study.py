@@ -41,10 +41,11 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 import operators
-from accuracy import allowance, manifest, platform_facts
-from accuracy.allocator import keep_freed_memory
+from accuracy import allowance
+from runs import manifest, platform_facts
+from runs.allocator import keep_freed_memory
 from accuracy.bounds import accumulation_bound, accumulator_roundoff, unit_roundoff
-from accuracy.output_paths import OutputPathError, output_folder
+from runs.output_paths import OutputPathError, output_folder
 from accuracy.tolerances import tolerances_for
 from cases.spec import CaseSpec, make_inputs
 from contract.operator import Operator
@@ -87,7 +88,7 @@ class StudyAxes:
 def axes(operator: Operator | str = operators.DEFAULT) -> StudyAxes:
     """The study's axes for ``operator`` (a declaration or the name it is found by)."""
     op = operators.get(operator) if isinstance(operator, str) else operator
-    acceptance_m = op.article_case[0]
+    acceptance_m = op.acceptance_case[0]
     # A family: the operator's reductions stored at one point by one kernel (SwiGLU: db = db_g, db_fc
     # from the b kernel; dw = dw_g, dw_fc from the w kernel)
     families: dict = {}
@@ -102,12 +103,12 @@ def axes(operator: Operator | str = operators.DEFAULT) -> StudyAxes:
         # minutes on 2 cores. ``shape_check`` measures the claim at the acceptance case's shape.
         shape=tuple(op.study_shape or op.shapes[-1]),
         acceptance_m=acceptance_m,
-        acceptance_shape=tuple(op.article_case[1:-2]),
+        acceptance_shape=tuple(op.acceptance_case[1:-2]),
         # One tile of each kernel up to past the acceptance case's M (SwiGLU: the w kernel's tile
         # edges 2048 | 2049, a last tile of one row, and the article's M itself).
         ms=tuple(sorted({1024, 2048, 2049, 4096, 4097, 8192, 16384, 32768, 65536, 131072, 262144, acceptance_m})),
         # the acceptance case's scale profile, then unit scale
-        profiles=tuple(dict.fromkeys(p for p in (op.article_case[-2], "unit") if p in op.scales)),
+        profiles=tuple(dict.fromkeys(p for p in (op.acceptance_case[-2], "unit") if p in op.scales)),
         dims=tuple(op.dims[1:]),
         families=families,
         kernel_of_family={op.output(names[0]).store_point: op.output(names[0]).kernel for names in families.values()})

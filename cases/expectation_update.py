@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import operators
-from accuracy.results import load_manifest, load_records
+from runs.results import load_manifest, load_records
 from cases.expectations import QUANTITIES, Bound, Expectation, measured_size, parse
 
 BOUND_LINE = re.compile(r"^bound\.[A-Za-z0-9_]+\s*=")

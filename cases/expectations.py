@@ -5,7 +5,7 @@ An entry names a backend (exactly, or by a pattern that only the operator's regi
 names can match), a case-id pattern (fnmatch), an output pattern and a
 golden layer, gives the measured cause, and
 
-* ``when``: the platform facts it holds under (``accuracy.platform_facts``,
+* ``when``: the platform facts it holds under (``runs.platform_facts``,
   measured at the start of every run), e.g. ``when = { bf16_gemm_keeps_subnormals = false }``;
   where a fact has another value the entry does not apply, and the message says so;
 * ``device``: "cpu", "cuda" or "*" (default), where the inputs live;
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import tomllib
 
-from accuracy.platform_facts import FACT_VALUES
+from runs.platform_facts import FACT_VALUES
 from contract.operator import Operator
 
 REQUIRED = ("backend", "case", "output", "golden", "reason")

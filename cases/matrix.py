@@ -19,7 +19,7 @@ MAX_ELEMENTS = 2**34          # one input or output tensor: 32 GiB in BF16, beyo
 
 def acceptance_case(operator: Operator) -> CaseSpec:
     """The case the operator's own acceptance criterion names (SwiGLU: the article's)."""
-    return CaseSpec(*operator.article_case, operator=operator)
+    return CaseSpec(*operator.acceptance_case, operator=operator)
 
 
 def quick_cases(operator: Operator, seeds: int = 1) -> list[CaseSpec]:
@@ -65,7 +65,7 @@ def parse_case(operator: Operator, text: str) -> CaseSpec:
     parts = [p.strip() for p in text.split(",")]
     ndim = len(operator.dims)
     names = ",".join(operator.dims)
-    example = ",".join(str(v) for v in operator.article_case[:ndim]) + f",{next(iter(scales))}"
+    example = ",".join(str(v) for v in operator.acceptance_case[:ndim]) + f",{next(iter(scales))}"
     usage = (f"--case {text!r}: expected {names},SCALE[,SEED] with {', '.join(operator.dims)} >= 1 and SCALE one "
              f"of {', '.join(scales)}, e.g. --case {example}")
     if len(parts) not in (ndim + 1, ndim + 2):

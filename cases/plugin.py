@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 import operators
-from accuracy.allocator import keep_freed_memory
+from runs.allocator import keep_freed_memory
 from accuracy.dual import DEFAULT_BENCHMARK
-from accuracy.manifest import build as build_manifest
-from accuracy.output_paths import OutputPathError, output_folder, probe_writable
-from accuracy.results import ResultsNotFound, load_results, merge, point_latest, prune_finished, run_dir
+from runs.manifest import build as build_manifest
+from runs.output_paths import OutputPathError, output_folder, probe_writable
+from runs.results import ResultsNotFound, load_results, merge, point_latest, prune_finished, run_dir
 from cases.devices import describe as describe_devices
 from cases.devices import worker_device
 from cases.evaluate import ScheduleError, declared_schedule
@@ -399,7 +399,7 @@ MANIFEST = pytest.StashKey[dict]()
 
 
 def run_manifest(config) -> dict:
-    """The run's manifest (``accuracy.manifest``), built once by the controller and handed to
+    """The run's manifest (``runs.manifest``), built once by the controller and handed to
     xdist workers, so every cell's expectations are judged on the same measured facts."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and "swiglu_manifest" in workerinput:

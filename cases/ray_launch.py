@@ -8,7 +8,7 @@ One Ray task per shard (``--num-shards N --shard-id i``, ``cases/shards.py``), e
 that have the devices and balances mixed hosts. A task runs its shard's pytest in a subprocess on
 its node with the devices Ray assigned, streams progress (cells done / planned, failures so far)
 to the driver, and sends its run folder's ``results.json`` back (no shared filesystem assumed);
-the driver merges them with ``accuracy.merge``. A shard whose task dies (the node, the process,
+the driver merges them with ``runs.merge``. A shard whose task dies (the node, the process,
 or pytest killed by a signal) is retried once by Ray; if it dies again its planned cells are
 recorded as missing in the merged run and the exit status is non-zero.
 
@@ -37,9 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from accuracy.merge import merge_runs
-from accuracy.output_paths import OutputPathError, output_folder
-from accuracy.results import TMP_PREFIX
+from runs.merge import merge_runs
+from runs.output_paths import OutputPathError, output_folder
+from runs.results import TMP_PREFIX
 from cases.shards import assignment
 from contract.records import CASE_ID_PATTERN, FAILING, GOLDEN_PREFIX  # the records' vocabulary (torch-free)
 

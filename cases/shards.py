@@ -18,7 +18,7 @@ import hashlib
 import statistics
 from collections.abc import Iterable, Mapping
 
-from accuracy.results import load_records
+from runs.results import load_records
 
 
 def hashed_shard(case_id: str, num_shards: int) -> int:

@@ -15,7 +15,7 @@ import pytest
 import operators
 from accuracy.dual import DEFAULT_BENCHMARK
 from accuracy.gate import AccuracyError
-from accuracy.results import _safe, to_json, write_atomic, write_cell
+from runs.results import _safe, to_json, write_atomic, write_cell
 from cases import expectations
 from cases.devices import golden_device
 from cases.evaluate import evaluate_case, golden_records, records_for

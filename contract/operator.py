@@ -82,9 +82,9 @@ class Operator:
     scales: Mapping = None        # scale profile name -> inputs drawn from (generator, *dimension sizes)
     m_edges: tuple = ()           # the matrix's M axis
     shapes: tuple = ()            # the matrix's other dimensions, each a tuple of their sizes
-    article_case: tuple = ()      # (M, *other sizes, scale, seed) of the operator's acceptance criterion
+    acceptance_case: tuple = ()      # (M, *other sizes, scale, seed) of the operator's acceptance criterion
     # cases whose inputs leave another format's range or enter a function's far tail, each as
-    # ``article_case``: in the quick matrix as they are; their scales stay out of its rotation
+    # ``acceptance_case``: in the quick matrix as they are; their scales stay out of its rotation
     range_cases: tuple = ()
     dtype: torch.dtype = torch.bfloat16
     title: str = ""               # what the report calls it

@@ -5,6 +5,8 @@ A case id (``cases.spec.CaseSpec.id``), for readers that get only the id (a test
 without its spec): each of the operator's dimensions as its name and size (``M2048-K96-N200``),
 then the scale profile and the seed (``-unit-s0``)."""
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 
 # the golden layers an output is compared with; "reference" is the gated one
 GOLDENS = ("reference", "fp64", "faithful", "tiled")
@@ -26,3 +28,102 @@ def parse(case_id: str) -> tuple[dict[str, int], str, int] | None:
         return None
     sizes = {name: int(v) for name, v in _SIZE.findall(match["sizes"])}
     return sizes, match["scale"], int(match["seed"])
+
+
+# The version of the results format (``runs.results``): the keys below, a results file's top level
+# ``schema``, ``records``, ``manifest``, ``planned``, ``missing``, ``unreadable_shards``, ``run``.
+SCHEMA_VERSION = 2
+
+
+class RecordSchemaError(ValueError):
+    """A record with keys this schema does not declare."""
+
+
+class _Absent:
+    """A key the record does not carry (a field that is None is carried, as null)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+
+
+@dataclass(frozen=True)
+class Record:
+    """One result record, as written to the results file.
+
+    A backend's output at a case against one golden layer (``golden`` ``"*"`` and ``output``
+    ``"*"`` for a cell that did not run: skipped, crashed, timed out); or two goldens compared
+    with each other (``backend`` ``GOLDEN_PREFIX + layer``, ``golden`` the layer it is measured
+    against). Every other key is carried only where it applies."""
+    case: str
+    backend: str
+    output: str
+    golden: str
+    status: str                        # VERDICT_STATUSES, or "info" for an ungated golden's record
+    case_spec: object = ABSENT         # the case as data (``CaseSpec.asdict``)
+    schedule: object = ABSENT          # the schedule name its tiled golden replays (None: none)
+    backend_output: object = ABSENT    # what the backend printed during its call, capped
+    message: object = ABSENT           # the verdict's message (gated) or why the cell did not run
+    seconds: object = ABSENT
+    gated: object = ABSENT             # the record the cell's verdict reads
+    metrics: object = ABSENT           # ``accuracy.metrics.ErrorStats.finalize``
+    attribution: object = ABSENT       # error by source: storage, tile order, kernel
+    determinism: object = ABSENT       # --repeats: bit-identical runs, spreads
+    gate: object = ABSENT              # absolute | dual | both
+    absolute_status: object = ABSENT   # the operator's criterion's verdict, whatever gated the cell
+    checks_nothing: object = ABSENT    # why no kernel can fail at this case
+    dual: object = ABSENT              # the dual-benchmark verdict
+    dual_missing: object = ABSENT      # why there is none
+    vacuous_seed_gate: object = ABSENT  # would the acceptance gate pass all zeros here?
+    atol_capped: object = ABSENT
+    expected_reason: object = ABSENT   # a known failure's entry: its reason and source
+    expected_source: object = ABSENT
+    expected_exceeded: object = ABSENT  # by how much a known failure exceeded its bound
+    tile_drift: object = ABSENT        # a tiled golden's per-tile drift against its global sum
+    rerun: object = ABSENT             # one command that reruns the cell alone
+    device: object = ABSENT            # where the inputs and the backend ran
+    golden_device: object = ABSENT     # where the goldens ran
+    host: object = ABSENT              # a merged run's machine and run folder
+    run: object = ABSENT
+
+    @classmethod
+    def from_json(cls, data: Mapping, where: str = "record") -> "Record":
+        """The record of a results file's mapping; a key this schema does not declare is refused,
+        naming it and the schema version."""
+        unknown = sorted(set(data) - FIELDS)
+        if unknown:
+            raise RecordSchemaError(f"{where} has keys {unknown} that results schema {SCHEMA_VERSION} does not "
+                                    f"declare (contract.records.Record); written by another version of the framework?")
+        missing = [k for k in REQUIRED if k not in data]
+        if missing:
+            raise RecordSchemaError(f"{where} lacks {missing} (results schema {SCHEMA_VERSION})")
+        return cls(**data)
+
+    def to_json(self) -> dict:
+        """The mapping written to the results file: the keys it carries, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not ABSENT}
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """What identifies it in a run: case, backend, output, golden."""
+        return self.case, self.backend, self.output, self.golden
+
+
+FIELDS = frozenset(f.name for f in fields(Record))
+REQUIRED = ("case", "backend", "output", "golden", "status")
+
+
+def checked(records: Iterable[Mapping], where: str) -> list[dict]:
+    """``records`` (plain mappings, as written), each refused if it carries a key the schema does not
+    declare; returned as they are (a reader tolerates a record that lacks keys: it shows them missing)."""
+    out = []
+    for i, r in enumerate(records):
+        unknown = sorted(set(r) - FIELDS)
+        if unknown:
+            raise RecordSchemaError(f"{where}: record {i} has keys {unknown} that results schema {SCHEMA_VERSION} "
+                                    f"does not declare (contract.records.Record); written by another version of "
+                                    f"the framework?")
+        out.append(r)
+    return out

@@ -11,8 +11,8 @@ import sys
 import time
 
 import operators
-from accuracy.output_paths import OutputPathError, output_file, output_folder
-from accuracy.results import ResultsNotFound, load_records, load_results, resolve_results
+from runs.output_paths import OutputPathError, output_file, output_folder
+from runs.results import ResultsNotFound, load_records, load_results, resolve_results
 from reports.drift_figures import StudyUnreadable, draw, load_study
 from reports.msprobe_csv import write
 from reports.page import render

@@ -21,7 +21,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 import operators
 from accuracy.dual import RATIO_LIMITS
 from accuracy.metrics import histogram_edges
-from accuracy.results import load_records, load_results, write_text_atomic
+from runs.results import load_records, load_results, write_text_atomic
 from reports import data as D
 from reports import plots as P
 from reports import tiledrift
@@ -35,7 +35,7 @@ PLOTS = "plots"
 
 def load(results: str | os.PathLike) -> list[dict]:
     """Records of a results file, a run folder, or a results directory's latest run
-    (``accuracy.results.resolve_results``)."""
+    (``runs.results.resolve_results``)."""
     path = Path(results)
     if not path.exists():
         raise FileNotFoundError(f"results directory {path} does not exist")

@@ -41,7 +41,7 @@ def from_records(idx, schedule: str, operator) -> tuple[TileDrift | None, str]:
     if not found:
         return None, (f"no per-tile drift of the {schedule} schedule in these results (the golden pass records "
                       f"it for every tiled schedule a backend declares; a backend without one gets it)")
-    prefer = [op.article_case[-2]] if op.article_case else []
+    prefer = [op.acceptance_case[-2]] if op.acceptance_case else []
     prefer.append("unit")
 
     def rank(cid):      # the preferred scales first, in their order; then the largest M

@@ -23,7 +23,7 @@ OPERATOR = Operator(
     scales=profiles.SCALES,
     m_edges=profiles.M_EDGES,
     shapes=profiles.SHAPES,
-    article_case=profiles.ARTICLE_CASE,
+    acceptance_case=profiles.ACCEPTANCE_CASE,
     title="RMSNorm backward",
     backends={
         "torch-eager": "operators.rmsnorm_backward.backends:torch_eager",

@@ -17,7 +17,7 @@ M_EDGES = (1, 2, 1023, 1024, 1025, 2049, 4097, 8192)
 # N: a model's hidden size (1024) and a small one that is no multiple of a vector width (200)
 SHAPES = ((1024,), (200,))
 # A LLaMA-7B hidden size over 8192 tokens: (M, N, scale, seed)
-ARTICLE_CASE = (8192, 4096, "unit", 0)
+ACCEPTANCE_CASE = (8192, 4096, "unit", 0)
 
 
 def _randn(gen, *shape):

@@ -21,7 +21,7 @@ M_EDGES = (1, 2, 1023, 1024, 1025, 2047, 2048, 2049, 3000, 4097, 220000)
 # (K, N): the article's, and a small odd pair with no dimension a multiple of the cube tiles (128, 256)
 SHAPES = ((512, 1024), (96, 200))
 # The case the article's acceptance criterion names: (M, K, N, scale, seed)
-ARTICLE_CASE = (220000, 512, 1024, "seed", 0)
+ACCEPTANCE_CASE = (220000, 512, 1024, "seed", 0)
 
 
 def _randn(gen, *shape):

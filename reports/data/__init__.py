@@ -4,7 +4,7 @@ one module per idea (``records``: numbers, cases and the index; ``verdicts``, ``
 each), re-exported here.
 
 Everything here reads result records defensively: a record may lack keys, floats
-may be the strings "inf", "-inf", "nan" (``accuracy.results.to_json``), the
+may be the strings "inf", "-inf", "nan" (``runs.results.to_json``), the
 record format may gain fields. Nothing here raises on a strange record; it is
 skipped or shown as missing.
 

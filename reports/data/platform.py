@@ -13,7 +13,7 @@ class PlatformSummary:
     facts: list[tuple[str, str]]
     fields: list[tuple[str, str]]
     emulation: str | None
-    hosts: list = field(default_factory=list)     # a merged run's machines (accuracy.merge)
+    hosts: list = field(default_factory=list)     # a merged run's machines (runs.merge)
 
 
 def _flatten(obj, prefix: str = "") -> list[tuple[str, str]]:

@@ -1,7 +1,7 @@
 """Result records as the report reads them: numbers, cases, and the index every table is built from.
 
 Everything here reads records defensively: a record may lack keys, floats may be the strings
-"inf", "-inf", "nan" (``accuracy.results.to_json``), the record format may gain fields. Nothing
+"inf", "-inf", "nan" (``runs.results.to_json``), the record format may gain fields. Nothing
 raises on a strange record; it is skipped or shown as missing."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from accuracy.results import from_json_number
+from runs.results import from_json_number
 from contract import records as case_id
 from contract.records import FAILING, GOLDEN_PREFIX, GOLDENS, VERDICT_STATUSES  # noqa: F401  (the data layer's names)
 

@@ -17,7 +17,7 @@ class Cell:
     message: str = ""
     reason: str = ""
     anchor: str = ""
-    origin: str = ""          # "host H, device D" in a merged run of many machines (accuracy.merge)
+    origin: str = ""          # "host H, device D" in a merged run of many machines (runs.merge)
 
     @property
     def css(self) -> str:

@@ -1,4 +1,4 @@
-"""The allocator tuning of the streaming passes (``accuracy.allocator``): applied once on glibc,
+"""The allocator tuning of the streaming passes (``runs.allocator``): applied once on glibc,
 never over the user's own setting, recorded in the manifest; values never depend on it."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from accuracy.allocator import _libc
+from runs.allocator import _libc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SNIPPET = ("import json; from accuracy import allocator; a = allocator.keep_freed_memory(); "
+SNIPPET = ("import json; from runs import allocator; a = allocator.keep_freed_memory(); "
            "print(json.dumps([a, allocator.keep_freed_memory() is a, allocator.state()]))")
 
 

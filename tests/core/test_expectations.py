@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from accuracy.platform_facts import FACT_VALUES, SHAPE_DEPENDENT
+from runs.platform_facts import FACT_VALUES, SHAPE_DEPENDENT
 from cases import expectations as E
 from cases.evaluate import evaluate_case
 from cases.spec import CaseSpec

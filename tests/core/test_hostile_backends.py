@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from accuracy.platform_facts import fp32_keeps_subnormals
+from runs.platform_facts import fp32_keeps_subnormals
 from cases.evaluate import evaluate_case
 from cases.spec import CaseSpec
 from kernels.registry import Backend, resolve
@@ -95,7 +95,7 @@ def test_worker_threads_started_under_ftz_do_not_reach_the_goldens():
     torch-eager's verdicts are those it gets alone, and FP32 keeps subnormals afterwards."""
     code = textwrap.dedent("""
         import torch
-        from accuracy.platform_facts import fp32_keeps_subnormals
+        from runs.platform_facts import fp32_keeps_subnormals
         from cases.evaluate import evaluate_case
         from cases.spec import CaseSpec
         from kernels.registry import Backend, resolve
@@ -125,7 +125,7 @@ def test_a_pool_that_keeps_flushing_sends_the_process_single_threaded():
     it does not reach them, so restore() goes single-threaded and FP32 keeps subnormals again."""
     code = textwrap.dedent("""
         import dataclasses, torch
-        from accuracy.platform_facts import fp32_keeps_subnormals
+        from runs.platform_facts import fp32_keeps_subnormals
         from kernels.sealed_state import capture, restore
         torch.set_flush_denormal(True)
         torch.ones(1 << 22).sum()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from accuracy import manifest, platform_facts
+from runs import manifest, platform_facts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def flushing():
 
 def test_a_pool_started_under_ftz_is_measured_as_flushing_after_it_is_unset():
     """The leak the probe must see: run in a fresh process, whose worker threads start under FTZ/DAZ."""
-    code = ("import torch; from accuracy import platform_facts as p; torch.set_flush_denormal(True); "
+    code = ("import torch; from runs import platform_facts as p; torch.set_flush_denormal(True); "
             "torch.ones(1 << 20).sum(); torch.set_flush_denormal(False); print(p.measure())")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "'fp32_keeps_subnormals': False" in out.stdout, out.stdout + out.stderr
@@ -77,7 +77,7 @@ def test_a_matrix_run_writes_its_manifest_to_results_and_report(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "platform facts: bf16_gemm_keeps_subnormals=" in proc.stdout
-    from accuracy.results import load_results
+    from runs.results import load_results
     data = load_results(results)
     assert data["manifest"]["facts"] == platform_facts.measure("cpu")
     assert data["manifest"]["device"] == "cpu"

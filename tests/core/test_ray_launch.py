@@ -51,7 +51,7 @@ def test_ray_shards_merge_to_the_local_run(cluster, tmp_path):
     import subprocess
     import sys
 
-    from accuracy.results import load_results
+    from runs.results import load_results
     from cases.ray_launch import ROOT
     summary = launch(SELECT, 4, {"CPU": 1}, tmp_path / "merged", echo=lambda line: None)
     assert summary["lost"] == {} and summary["empty"] == [] and summary["missing"] == 0 and summary["planned"] == 8
@@ -72,7 +72,7 @@ def test_a_shard_that_dies_twice_is_recorded_missing(cluster, tmp_path):
               "--backend", "tests.core.dying_kernels:die_at_m2"]
     summary = launch(select, 1, {"CPU": 1}, tmp_path / "merged", echo=lambda line: None)
     assert list(summary["lost"]) == [0] and "exited with 7" in summary["lost"][0]
-    from accuracy.results import load_results
+    from runs.results import load_results
     merged = load_results(tmp_path / "merged")
     assert {(m["case"], m["backend"]) for m in merged["missing"]} == {
         ("M2-K96-N200-unit-s0", "tests.core.dying_kernels:die_at_m2"),

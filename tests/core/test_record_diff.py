@@ -2,7 +2,7 @@
 verdict or a lost record is named; timings and hosts are not results."""
 import copy
 
-from accuracy.record_diff import describe, diff_records
+from runs.record_diff import describe, diff_records
 
 RECORDS = [{"case": "M2-K96-N200-unit-s0", "backend": "plain", "output": "dx", "golden": "reference",
             "status": "pass", "seconds": 1.5, "host": "a",

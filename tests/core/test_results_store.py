@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from accuracy import results as R
+from runs import results as R
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = "M1-K96-N200-saturating-s0 or M2-K96-N200-unit-s0"

@@ -1,5 +1,5 @@
 """Deterministic shards (``cases/shards.py``, ``--num-shards/--shard-id``) and the checked merge
-(``accuracy/merge.py``, ``python -m accuracy merge``)."""
+(``runs/merge.py``, ``python -m accuracy merge``)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from accuracy.merge import MergeError, merge_runs
+from runs.merge import MergeError, merge_runs
 from cases.matrix import PROFILES
 from cases.shards import assign, durations_from_records, hashed_shard
 from operators.swiglu_backward import OPERATOR as SWIGLU
@@ -132,7 +132,7 @@ def test_sharded_runs_merge_to_the_unsharded_run(tmp_path):
     shards = [run(f"s{i}", "--num-shards", "2", "--shard-id", str(i)) for i in range(2)]
     from accuracy.__main__ import main
     assert main(["merge", *map(str, shards), "-o", str(tmp_path / "merged")]) == 0
-    from accuracy.results import load_results
+    from runs.results import load_results
     merged, single = load_results(tmp_path / "merged"), load_results(whole)
 
     def verdicts(records):

@@ -98,7 +98,7 @@ def test_a_bad_baseline_loses_only_the_diff(run, tmp_path, capsys):
 
 
 def test_the_newest_run_wins_over_a_stray_results_file(run, tmp_path):
-    from accuracy.results import resolve_results
+    from runs.results import resolve_results
     results, folder = run
     stray = results / "results.json"
     stray.write_text(json.dumps({"records": []}))

@@ -9,7 +9,7 @@ them (as the absolute gate does)."""
 
 import pytest
 
-from accuracy import platform_facts
+from runs import platform_facts
 from accuracy.dual import RATIO_LIMITS
 from tests.mutants.kill_cases import KILLS, outcome
 

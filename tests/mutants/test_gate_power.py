@@ -139,7 +139,7 @@ def test_seed_sweep_in_miniature():
         assert all(by_seed.values()), f"{name} missed at seeds {[s for s, c in by_seed.items() if not c]}"
     unexplained = [r for r in res["records"] if r["status"] in ("fail", "error", "unexpected_pass")]
     assert not unexplained, [r.get("message") for r in unexplained]
-    from accuracy import seed_stats
+    from runs import seed_stats
     known = {(r["backend"], seed_stats.strip_seed(r["case"]), r["output"])
              for r in res["records"] if r["status"] == "expected_failure"}
     groups = seed_stats.summarize(res["records"])["groups"]

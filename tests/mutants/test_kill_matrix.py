@@ -8,7 +8,7 @@ import functools
 import pytest
 import torch
 
-from accuracy import platform_facts
+from runs import platform_facts
 from cases import expectations
 from cases.evaluate import evaluate_case
 from cases.matrix import LARGE_M, quick_cases

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from accuracy import seed_stats as ss
+from runs import seed_stats as ss
 
 
 def test_wilson_known_values():

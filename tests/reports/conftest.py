@@ -34,7 +34,7 @@ def _shared(tmp_path_factory, name, make):
 
 
 def _real_records():
-    from accuracy.results import to_json
+    from runs.results import to_json
     from cases.evaluate import evaluate_case, golden_records, records_for
     from cases.spec import CaseSpec
     from kernels.registry import resolve

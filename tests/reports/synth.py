@@ -64,7 +64,7 @@ def full_profile(records: list[dict], backends: int = 3, seed: int = 0) -> list[
 
 
 def main(argv=None) -> int:
-    from accuracy.results import load_records
+    from runs.results import load_records
     parser = argparse.ArgumentParser()
     parser.add_argument("real")
     parser.add_argument("out")

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # Bottom to top: a package may import the ones before it. ``cases`` renders the report at the end
 # of a session (``cases.plugin`` -> ``reports``): the one import that runs upwards.
-LAYERS = ("contract", "goldens", "accuracy", "kernels", "operators", "cases", "reports")
+LAYERS = ("contract", "goldens", "runs", "accuracy", "kernels", "operators", "cases", "reports")
 
 
 @dataclass(frozen=True)

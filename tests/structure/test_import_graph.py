@@ -41,7 +41,7 @@ def test_few_imports_of_the_framework_hide_in_function_bodies():
     assert len({(e.source, e.line) for e in deferred}) <= MAX_DEFERRED, listed
 
 
-FRAMEWORK = ("contract", "goldens", "accuracy", "kernels", "cases", "reports")
+FRAMEWORK = ("contract", "goldens", "runs", "accuracy", "kernels", "cases", "reports")
 
 
 def test_no_framework_module_reads_an_operator_when_imported():

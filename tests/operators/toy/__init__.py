@@ -100,7 +100,7 @@ OPERATOR = Operator(
     scales={"unit": _unit, "tiny": _tiny},
     m_edges=(1, 3, 1024, 1500),
     shapes=((8,), (33,)),
-    article_case=(1500, 33, "unit", 0),
+    acceptance_case=(1500, 33, "unit", 0),
     title="toy scaled product",
     backends={"torch-eager": "tests.operators.toy.backends:torch_bf16",
               "tiled-emulation": "tests.operators.toy.backends:tiled"},

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from statistics import NormalDist
 
-from accuracy.results import from_json_number
+from runs.results import from_json_number
 
 FAILED = ("fail", "expected_failure", "error")     # an expected failure is still a failure of the gate
 PASSED = ("pass", "unexpected_pass")

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from accuracy.results import SCHEMA_VERSION, load_results, missing_cells, record_order, write_atomic
+from runs.results import SCHEMA_VERSION, load_results, missing_cells, record_order, write_atomic
 
 MUST_AGREE = ("framework.version", "framework.commit", "selection.operator", "selection.profile", "selection.seeds",
               "selection.cases", "selection.inputs", "selection.backends", "selection.benchmark", "selection.gate", "selection.markexpr",

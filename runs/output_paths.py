@@ -2,7 +2,7 @@
 belongs or a folder where a file belongs, never somewhere it cannot write. One check every ``-o``
 (and ``--report-dir``) goes through, so no tool can overwrite what another reads.
 
-A run is recognised by what ``accuracy.results`` writes: ``results.json``, ``shards/`` (a run
+A run is recognised by what ``runs.results`` writes: ``results.json``, ``shards/`` (a run
 folder), ``runs/`` or ``latest`` (a results directory). A results file is a JSON file whose
 first bytes hold a ``"records"`` or ``"schema"`` key.
 """

@@ -5,7 +5,7 @@ the CPU (model, the ISA flags that change BF16 numerics, torch's and oneDNN's
 ISA), the accelerator (CUDA, cuBLAS, compute capability; or CANN, driver,
 torch_npu and SoC on an NPU host), the precision flags a backend's numbers
 depend on (reduced-precision reductions, TF32/HF32, flush-denormal), and the
-measured platform facts (``accuracy.platform_facts``) that expectations are
+measured platform facts (``runs.platform_facts``) that expectations are
 conditioned on. Every field is plain JSON; a field that cannot be read is
 ``None``, never an exception: a manifest never stops a run.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from accuracy import allocator, platform_facts
+from runs import allocator, platform_facts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

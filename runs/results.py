@@ -25,7 +25,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCHEMA_VERSION = 2
+from contract.records import SCHEMA_VERSION, RecordSchemaError, checked
+
 RUNS = "runs"
 LATEST = "latest"
 KEEP_FINISHED_RUNS = 20      # older finished runs are pruned; unfinished ones are never touched
@@ -101,7 +102,7 @@ def run_dir(results_root: str | os.PathLike, run: str) -> Path:
 
 def write_cell(shard_root: str | os.PathLike, worker: str, cell: str, records: list[dict]) -> Path:
     path = Path(shard_root) / _safe(worker) / f"{_safe(cell)}.json"
-    write_atomic(path, {"schema": SCHEMA_VERSION, "records": records})
+    write_atomic(path, {"schema": SCHEMA_VERSION, "records": checked(records, f"cell {cell}")})
     return path
 
 
@@ -211,6 +212,13 @@ def load_results(path: str | os.PathLike) -> dict:
         raise ResultsNotFound(f"{target}: not valid JSON ({str(exc)[:200]})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
         raise ResultsNotFound(f"{target}: not a results file (no 'records' list)")
+    if data.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
+        raise ResultsNotFound(f"{target}: results schema {data.get('schema')!r}; this framework reads schema "
+                              f"{SCHEMA_VERSION}")
+    try:
+        checked((r for r in data["records"] if isinstance(r, dict)), str(target))
+    except RecordSchemaError as exc:
+        raise ResultsNotFound(str(exc)) from None
     return {**data, "source": str(target)}
 
 
