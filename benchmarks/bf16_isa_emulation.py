@@ -30,11 +30,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from accuracy import manifest as run_manifest, platform_facts   # noqa: E402
-from accuracy.results import SCHEMA_VERSION, write_atomic       # noqa: E402
+import operators                                                # noqa: E402
 from cases.evaluate import evaluate_case, golden_records, records_for   # noqa: E402
 from cases.matrix import LARGE_M, PROFILES                      # noqa: E402
 from kernels.registry import Backend, resolve                   # noqa: E402
+from operators.swiglu_backward import OPERATOR as SWIGLU        # noqa: E402
+from runs import manifest as run_manifest, platform_facts       # noqa: E402
+from runs.results import SCHEMA_VERSION, write_atomic           # noqa: E402
 
 EMULATION = ("BF16 GEMMs under FTZ+DAZ (torch.set_flush_denormal), as vdpbf16ps/AMX compute them; "
              "benchmarks/bf16_isa_emulation.py")
@@ -74,11 +76,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--scale", default="tiny", help="scale profile of the cases to run (default: tiny)")
     args = parser.parse_args(argv)
-    backends = [with_flushing_gemm(resolve(n)) for n in (args.backend or ["torch-eager", "torch-compile"])]
-    cases = [c for c in PROFILES[args.profile](args.seeds) if c.m < LARGE_M and c.scale == args.scale]
+    backends = [with_flushing_gemm(resolve(SWIGLU, n)) for n in (args.backend or ["torch-eager", "torch-compile"])]
+    cases = [c for c in PROFILES[args.profile](SWIGLU, args.seeds) if c.m < LARGE_M and c.scale == args.scale]
     _check_goldens_unflushed()
     manifest = run_manifest.build("cpu", facts=emulated_facts("cpu"))
     manifest["emulation"] = EMULATION
+    # whose known failures ``python -m cases.expectations update`` measures (and whom the report names)
+    manifest["selection"] = {"operator": operators.key(SWIGLU), "profile": args.profile, "seeds": args.seeds}
     records = []
     for spec in cases:
         outcome = evaluate_case(spec, backends)

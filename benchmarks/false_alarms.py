@@ -1,14 +1,14 @@
 """False alarms and catch rates of the gate over seeds.
 
-Correct kernels, none declaring anything the gate reads (torch-eager; the golden's tiled
-emulation of the hardened schedule served as a kernel; the plain plug-ins of
-``kernels.plain``: FP32 math with dg/dfc stored, the same with db summed before the store,
-and one that stores every intermediate as PyTorch autograd does; the per-tile loop with dx's
-products stored in BF16), run over N seeds of the quick profile's small cases; every gate
-failure is a false alarm unless it is a known, explained failure (the operator's ``expectations/``),
-counted apart. The wrong kernels of ``kernels.mutants`` and ``kernels.plain`` (round toward
-zero stores, BF16 math that declares BF16 math, a uniform 1/128 error) run over the same
-seeds; a wrong kernel is caught at a seed when any case of the set fails any of its outputs
+SwiGLU backward's correct kernels (``operators/swiglu_backward/kernels/``), none declaring
+anything the gate reads (torch-eager; the golden's tiled emulation of the hardened schedule
+served as a kernel; the plain plug-ins of ``kernels.plain``: FP32 math with dg/dfc stored, the
+same with db summed before the store, and one that stores every intermediate as PyTorch autograd
+does; the per-tile loop with dx's products stored in BF16), run over N seeds of the quick
+profile's small cases; every gate failure is a false alarm unless it is a known, explained
+failure (the operator's ``expectations/``), counted apart. The wrong kernels of
+``kernels.mutants`` and ``kernels.plain`` (round toward zero stores, BF16 math that declares
+BF16 math, a uniform 1/128 error) run over the same seeds; a wrong kernel is caught at a seed when any case of the set fails any of its outputs
 (cases are tried cheapest first and a caught kernel is not run on the remaining cases of
 that seed).
 
@@ -30,6 +30,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -37,20 +38,22 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from accuracy import platform_facts, seed_stats                          # noqa: E402
 from accuracy.compare import REFERENCE, compare_case                     # noqa: E402
 from accuracy.gate import Verdict, gated_verdicts                        # noqa: E402
-from accuracy.results import to_json                                     # noqa: E402
 from cases import expectations                                           # noqa: E402
 from cases.evaluate import declared_schedule                             # noqa: E402
 from cases.matrix import quick_cases                                     # noqa: E402
 from cases.spec import CaseSpec, make_inputs                             # noqa: E402
-from operators.swiglu_backward.schedule import TiledSchedule                               # noqa: E402
+from contract.operator import Operator                                   # noqa: E402
+from contract.schedule import TiledSchedule                              # noqa: E402
 from goldens.stream import DEFAULT_CHUNK_ROWS                            # noqa: E402
-from kernels import plain                                                # noqa: E402
-from kernels.mutants import CORRECT, MUTANTS                             # noqa: E402
 from kernels.registry import Backend, resolve                            # noqa: E402
 from kernels.runner import run_backend                                   # noqa: E402
+from operators.swiglu_backward import OPERATOR as SWIGLU                 # noqa: E402
+from operators.swiglu_backward.kernels import plain                      # noqa: E402
+from operators.swiglu_backward.kernels.mutants import CORRECT, MUTANTS   # noqa: E402
+from runs import platform_facts, seed_stats                              # noqa: E402
+from runs.results import to_json                                         # noqa: E402
 
 SMALL_KN = (96, 200)
 MAX_M = 4097
@@ -58,13 +61,13 @@ MAX_M = 4097
 
 def small_cases() -> list[CaseSpec]:
     """The quick profile's (96, 200) cases with M <= 4097, cheapest first."""
-    return sorted((c for c in quick_cases() if (c.k, c.n) == SMALL_KN and c.m <= MAX_M), key=lambda c: c.m)
+    return sorted((c for c in quick_cases(SWIGLU) if (c.k, c.n) == SMALL_KN and c.m <= MAX_M), key=lambda c: c.m)
 
 
 def correct_backends() -> list[Backend]:
     """The correct kernels above. ``tiled_fp32`` is left out: it is bit-identical to the tiled
     emulation (tests/mutants/test_gate_power.py), so its verdicts are too."""
-    return ([resolve("torch-eager"), Backend("tiled_emulation_hardened", CORRECT["tiled_emulation_hardened"]),
+    return ([resolve(SWIGLU, "torch-eager"), Backend("tiled_emulation_hardened", CORRECT["tiled_emulation_hardened"]),
              Backend("tiled_dx_products_bf16", CORRECT["tiled_dx_products_bf16"])]
             + [Backend(n, f) for n, f in plain.CORRECT.items()])
 
@@ -75,24 +78,27 @@ def mutant_backends() -> list[Backend]:
 
 def lean_verdicts(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mapping[str, torch.Tensor]],
                   schedules: Mapping[str, TiledSchedule], *, case: str,
-                  chunk_rows: int = DEFAULT_CHUNK_ROWS) -> dict[str, dict[str, tuple[Verdict, dict]]]:
+                  chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                  operator: Operator = SWIGLU) -> dict[str, dict[str, tuple[Verdict, dict]]]:
     """The gate's verdict and gated metrics of each backend x output, as ``evaluate_case``
-    computes them, without the diagnosis layers."""
-    comparison = compare_case(inputs, outputs, schedules, chunk_rows=chunk_rows, diagnose=False)
+    computes them, without the diagnosis layers (``operator``: whose case it is; the backends
+    of this study are SwiGLU's)."""
+    comparison = compare_case(operator, inputs, outputs, schedules, chunk_rows=chunk_rows, diagnose=False)
     result = {}
     for b, metrics in comparison["backends"].items():
-        verdicts = gated_verdicts(metrics, case=case, backend=b)
+        verdicts = gated_verdicts(operator, metrics, case=case, backend=b)
         result[b] = {o: (v, metrics[o][REFERENCE]) for o, v in verdicts.items()}
     return result
 
 
 def run_case(spec: CaseSpec, backends: Sequence[Backend]) -> dict:
     """{backend: {"error": str} | {"verdicts": {output: (Verdict, metrics)}}} at one case."""
+    operator = spec.declaration
     inputs = make_inputs(spec)
-    runs = {b.name: run_backend(b, inputs) for b in backends}
+    runs = {b.name: run_backend(operator, b, inputs) for b in backends}
     ok = {name: r.outputs for name, r in runs.items() if r.ok}
-    schedules = {b.name: declared_schedule(b) for b in backends if b.name in ok}
-    verdicts = lean_verdicts(inputs, ok, schedules, case=spec.id) if ok else {}
+    schedules = {b.name: declared_schedule(operator, b) for b in backends if b.name in ok}
+    verdicts = lean_verdicts(inputs, ok, schedules, case=spec.id, operator=operator) if ok else {}
     return {name: ({"verdicts": verdicts[name]} if name in verdicts else {"error": r.error or r.skipped})
             for name, r in runs.items()}
 
@@ -102,7 +108,7 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
     """Runs the sweep; returns records of the correct backends, catches of the mutants, timings."""
     cases = small_cases()
     correct, mutants = correct_backends(), mutant_backends()
-    known = expectations.load()
+    known = expectations.load(SWIGLU)
     facts = platform_facts.measure("cpu")
     records, catches = [], {b.name: {} for b in mutants}
     first_case = {b.name: {} for b in mutants}
@@ -113,7 +119,7 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
             break
         remaining = list(mutants)
         for base in cases:
-            spec = CaseSpec(base.m, base.k, base.n, base.scale, seed)
+            spec = replace(base, seed=seed)
             result = run_case(spec, correct + remaining)
             for b in correct:
                 res = result[b.name]

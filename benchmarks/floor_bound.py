@@ -40,18 +40,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from accuracy.compare import REFERENCE, compare_case     # noqa: E402
-from accuracy.tolerances import TOLERANCES              # noqa: E402
+from accuracy.tolerances import tolerances_for          # noqa: E402
 from accuracy.ulp import bf16_spacing                   # noqa: E402
 from benchmarks.gate_floor import parse_case            # noqa: E402
 from cases.evaluate import declared_schedule            # noqa: E402
 from cases.matrix import quick_cases                    # noqa: E402
 from cases.spec import make_inputs                      # noqa: E402
-from kernels.contract import OUTPUT_NAMES               # noqa: E402
 from kernels.registry import resolve                    # noqa: E402
 from kernels.runner import run_backend                  # noqa: E402
+from operators.swiglu_backward import OPERATOR as SWIGLU  # noqa: E402
 from operators.swiglu_backward import math as swiglu  # noqa: E402
 
-OUTPUTS = 7
+OUTPUTS = len(SWIGLU.output_names)
 
 
 def quantile(p_two_sided: float) -> float:
@@ -80,20 +80,22 @@ def gate_floors(inputs) -> dict:
     """The gate's own element-wise floor and fitted-scale threshold per output at these inputs,
     in units of rtol (they depend on the reference alone; torch-eager supplies the outputs the
     comparison needs)."""
-    backend = resolve("torch-eager")
-    run = run_backend(backend, inputs)
-    metrics = compare_case(inputs, {backend.name: run.outputs}, {backend.name: declared_schedule(backend)},
+    backend = resolve(SWIGLU, "torch-eager")
+    run = run_backend(SWIGLU, backend, inputs)
+    metrics = compare_case(SWIGLU, inputs, {backend.name: run.outputs}, {backend.name: declared_schedule(SWIGLU, backend)},
                            diagnose=False)["backends"][backend.name]
-    return {o: (m[REFERENCE]["detection_floor"] / TOLERANCES[o].rtol,
-                m[REFERENCE]["aggregate"]["scale_allowed"] / TOLERANCES[o].rtol) for o, m in metrics.items()}
+    tolerances = tolerances_for(SWIGLU)
+    return {o: (m[REFERENCE]["detection_floor"] / tolerances[o].rtol,
+                m[REFERENCE]["aggregate"]["scale_allowed"] / tolerances[o].rtol) for o, m in metrics.items()}
 
 
 def gate_table(specs) -> str:
     """The gate's floors, element-wise / fitted scale, per case and output (docs/gate-power.md)."""
-    lines = ["| case | " + " | ".join(OUTPUT_NAMES) + " |", "|---|" + "---|" * len(OUTPUT_NAMES)]
+    names = SWIGLU.output_names
+    lines = ["| case | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for spec in specs:
         floors_ = gate_floors(make_inputs(spec))
-        lines.append(f"| {spec.id} | " + " | ".join(f"{floors_[o][0]:.2f} / {floors_[o][1]:.2f}" for o in OUTPUT_NAMES)
+        lines.append(f"| {spec.id} | " + " | ".join(f"{floors_[o][0]:.2f} / {floors_[o][1]:.2f}" for o in names)
                      + " |")
     return "\n".join(lines)
 
@@ -131,8 +133,9 @@ def floors(spec, alphas, intermediates: bool, db_only: bool = False) -> dict:
 def _floors(sums: dict, alphas, gate: dict) -> dict:
     """Per output: the ideal test's floor at each alpha (in rtol) beside the gate's."""
     out = {}
+    tolerances = tolerances_for(SWIGLU)
     for name, (exact, var, worst, fixed) in sums.items():
-        tol = TOLERANCES[name]
+        tol = tolerances[name]
         ref = exact.to(torch.bfloat16).double()
         atol = tol.effective_atol(float(ref.pow(2).mean().sqrt()))
         r = exact.abs()
@@ -161,11 +164,11 @@ def main(argv=None) -> int:
                         help="print the gate's floors at every small case of the quick profile instead")
     args = parser.parse_args(argv)
     if args.gate_table:
-        print(gate_table(sorted((c for c in quick_cases() if c.m * c.n <= 2 ** 22), key=lambda c: (c.scale, c.m))))
+        print(gate_table(sorted((c for c in quick_cases(SWIGLU) if c.m * c.n <= 2 ** 22), key=lambda c: (c.scale, c.m))))
         return 0
     alphas = args.alpha or [1e-3, 1e-5]
     specs = ([parse_case(c) for c in args.case] if args.case else
-             [c for c in quick_cases() if c.scale in ("seed", "unit") and c.m * c.n <= 2 ** 22])
+             [c for c in quick_cases(SWIGLU) if c.scale in ("seed", "unit") and c.m * c.n <= 2 ** 22])
     results = {s.id: floors(s, alphas, not args.store_only, args.db_only) for s in specs}
     names = ("db_g", "db_fc") if args.db_only else ("db_g", "db_fc", "dx")
     lines = ["| case | " + " | ".join(f"{o}: ideal at alpha {a:g}" for o in names for a in alphas)

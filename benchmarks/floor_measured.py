@@ -34,11 +34,10 @@ sys.path.insert(0, str(ROOT))
 from accuracy.compare import REFERENCE, compare_case     # noqa: E402
 from accuracy.gate import gated_verdicts                 # noqa: E402
 from cases.spec import CaseSpec, make_inputs             # noqa: E402
-from kernels.contract import OUTPUT_NAMES                # noqa: E402
 from kernels.registry import resolve                     # noqa: E402
 from kernels.runner import run_backend                   # noqa: E402
-from cases import case_id                                # noqa: E402
-from cases.evaluate import default_schedule              # noqa: E402
+from contract import records                             # noqa: E402
+from operators.swiglu_backward import OPERATOR as SWIGLU  # noqa: E402
 
 RTOL = 1 / 128
 BF16 = torch.bfloat16
@@ -66,10 +65,10 @@ def _floor(eps: list[float], failed: list[bool]) -> float | None:
 
 def measure(spec: CaseSpec, grid: list[float]) -> dict:
     inputs = make_inputs(spec)
-    eager = run_backend(resolve("torch-eager"), inputs).outputs
+    eager = run_backend(SWIGLU, resolve(SWIGLU, "torch-eager"), inputs).outputs
     exact = fp64_outputs(**inputs)
     result = {}
-    for output in OUTPUT_NAMES:
+    for output in SWIGLU.output_names:
         outputs, points = {}, {}
         for base in ("fp64", "eager"):
             for sign in (1, -1):
@@ -78,8 +77,9 @@ def measure(spec: CaseSpec, grid: list[float]) -> dict:
                     value = exact[output] if base == "fp64" else eager[output].double()
                     outputs[name] = {**eager, output: (value * (1 + sign * e * RTOL)).to(BF16)}
                     points[name] = (base, sign, e)
-        comparison = compare_case(inputs, outputs, dict.fromkeys(outputs, default_schedule()), diagnose=False)
-        verdicts = {name: gated_verdicts(comparison["backends"][name], case=spec.id, backend=name)[output]
+        comparison = compare_case(SWIGLU, inputs, outputs, dict.fromkeys(outputs, SWIGLU.schedules.default_schedule()),
+                                  diagnose=False)
+        verdicts = {name: gated_verdicts(SWIGLU, comparison["backends"][name], case=spec.id, backend=name)[output]
                     for name in outputs}
         record = comparison["backends"][f"eager+{grid[0]:.3f}"][output][REFERENCE]
         row = {"continuous_floor": (record["detection_floor"] or 0) / RTOL,
@@ -117,8 +117,8 @@ def main(argv=None) -> int:
     out = {}
     for case in args.case or ["M1025-K96-N200-seed-s0"]:
         start = time.perf_counter()
-        sizes, scale, seed = case_id.parse(case)
-        spec = CaseSpec(*sizes.values(), scale, seed)
+        sizes, scale, seed = records.parse(case)
+        spec = CaseSpec(*(sizes[d] for d in SWIGLU.dims), scale, seed, operator=SWIGLU)
         out[case] = measure(spec, grid)
         print(table(case, out[case]))
         print(f"\n({time.perf_counter() - start:.0f} s)\n")

@@ -1,8 +1,8 @@
 """Detection floors, false alarms and catches of the gate at given cases (default: the
 article's case, M=220000 K=512 N=1024 seed scale, seeds 0-2).
 
-Per case: the correct kernels that declare nothing (torch-eager and ``kernels.plain``'s
-correct ones) must pass every output; the wrong ones of ``kernels.plain`` (truncating
+Per case: the correct kernels that declare nothing (torch-eager and the correct ones of
+``operators.swiglu_backward.kernels.plain``) must pass every output; its wrong ones (truncating
 stores, a uniform 1/128 error, BF16 math) must fail, and the table says by which check
 (element-wise, fitted scale, rounding direction, own upstream). Every gated record's
 element-wise detection floor and fitted-scale threshold are listed per output.
@@ -33,10 +33,10 @@ from accuracy.compare import REFERENCE, compare_case     # noqa: E402
 from accuracy.gate import gated_verdicts                 # noqa: E402
 from cases.evaluate import declared_schedule            # noqa: E402
 from cases.spec import CaseSpec, make_inputs             # noqa: E402
-from kernels import plain                                # noqa: E402
-from kernels.contract import OUTPUT_NAMES                # noqa: E402
+from operators.swiglu_backward.kernels import plain  # noqa: E402
 from kernels.registry import Backend, resolve            # noqa: E402
 from kernels.runner import run_backend                   # noqa: E402
+from operators.swiglu_backward import OPERATOR as SWIGLU  # noqa: E402
 
 CHECKS = ("elementwise_passed", "scale_passed", "direction_passed", "own_passed")
 SHORT = {"elementwise_passed": "element", "scale_passed": "scale", "direction_passed": "direction",
@@ -45,11 +45,11 @@ SHORT = {"elementwise_passed": "element", "scale_passed": "scale", "direction_pa
 
 def parse_case(text: str) -> CaseSpec:
     m, k, n, scale, seed = text.split("-")
-    return CaseSpec(int(m[1:]), int(k[1:]), int(n[1:]), scale, int(seed[1:]))
+    return CaseSpec(int(m[1:]), int(k[1:]), int(n[1:]), scale, int(seed[1:]), operator=SWIGLU)
 
 
 def backends(everything: bool, correct_only: bool = False) -> list[Backend]:
-    correct = [resolve("torch-eager")] + [Backend(f"plain:{n}", f) for n, f in plain.CORRECT.items()]
+    correct = [resolve(SWIGLU, "torch-eager")] + [Backend(f"plain:{n}", f) for n, f in plain.CORRECT.items()]
     wrong = [Backend(f"plain:{n}", f) for n, f in plain.WRONG.items()]
     if not everything:
         correct, wrong = correct[:2], [b for b in wrong if "bf16_math" not in b.name]
@@ -61,16 +61,17 @@ def run(spec: CaseSpec, chosen: list[Backend]) -> dict:
     inputs = make_inputs(spec)
     outputs, seconds = {}, {}
     for b in chosen:
-        r = run_backend(b, inputs)
+        r = run_backend(SWIGLU, b, inputs)
         if not r.ok:
             raise RuntimeError(f"{b.name} at {spec.id}: {r.error or r.skipped}")
         outputs[b.name], seconds[b.name] = r.outputs, r.seconds
     t_cmp = time.perf_counter()
-    comparison = compare_case(inputs, outputs, {b.name: declared_schedule(b) for b in chosen}, diagnose=False)
+    comparison = compare_case(SWIGLU, inputs, outputs, {b.name: declared_schedule(SWIGLU, b) for b in chosen},
+                              diagnose=False)
     compare_s = time.perf_counter() - t_cmp
     rows = {}
     for name, metrics in comparison["backends"].items():
-        verdicts = gated_verdicts(metrics, case=spec.id, backend=name)
+        verdicts = gated_verdicts(SWIGLU, metrics, case=spec.id, backend=name)
         rows[name] = {o: {"passed": v.passed, "failed_checks": [SHORT[c] for c in CHECKS if getattr(v, c) is False],
                           "mismatches": metrics[o][REFERENCE]["mismatches"],
                           "floor": metrics[o][REFERENCE]["detection_floor"],
@@ -90,7 +91,7 @@ def table(results: list[dict]) -> str:
     lines += ["", "| case | output | element-wise floor (x rtol) | fitted-scale threshold |", "|---|---|---|---|"]
     for res in results:
         first = next(iter(res["rows"].values()))
-        for o in OUTPUT_NAMES:
+        for o in SWIGLU.output_names:
             r = first[o]
             lines.append(f"| {res['case']} | {o} | {r['floor'] * 128:.3g} ({r['floor']:.4g}) | "
                          f"{r['scale_allowed']:.3g} |")
@@ -113,7 +114,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    cases = [parse_case(c) for c in args.case] if args.case else [CaseSpec(220000, 512, 1024, "seed", s) for s in range(3)]
+    cases = ([parse_case(c) for c in args.case] if args.case else
+             [CaseSpec(220000, 512, 1024, "seed", s, operator=SWIGLU) for s in range(3)])
     results = []
     for i, spec in enumerate(cases):
         results.append(run(spec, backends(i < args.all_backends_seeds, args.correct_only)))

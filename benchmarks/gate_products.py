@@ -62,23 +62,24 @@ def main() -> None:
     parser.add_argument("--json", help="also write the numbers as one JSON object to this file")
     args = parser.parse_args()
 
-    from accuracy.allocator import keep_freed_memory
+    from runs.allocator import keep_freed_memory
     from accuracy.compare import compare_case
     from benchmarks.seed_case import measure_matmul, work
     from cases.spec import CaseSpec, make_inputs
-    from kernels.torch_autograd import TORCH_BF16, torch_eager
+    from operators.swiglu_backward.kernels.torch_autograd import TORCH_BF16, torch_eager
+    from operators.swiglu_backward import OPERATOR as SWIGLU
 
     keep_freed_memory()          # as the case matrix's processes do (cases/plugin.py)
-    inputs = make_inputs(CaseSpec(args.m, args.k, args.n, "seed", 0))
+    inputs = make_inputs(CaseSpec(args.m, args.k, args.n, "seed", 0, operator=SWIGLU))
     outputs = {"torch-eager": torch_eager(**inputs)}
     schedules = {"torch-eager": TORCH_BF16}
-    compare_case(inputs, outputs, schedules, diagnose=False)      # numba's pass loaded, buffers warm
+    compare_case(SWIGLU, inputs, outputs, schedules, diagnose=False)      # numba's pass loaded, buffers warm
     start = time.perf_counter()
-    compare_case(inputs, outputs, schedules, diagnose=False)
+    compare_case(SWIGLU, inputs, outputs, schedules, diagnose=False)
     wall = time.perf_counter() - start
     timer = ProductTimer()
     with timer:
-        compare_case(inputs, outputs, schedules, diagnose=False)
+        compare_case(SWIGLU, inputs, outputs, schedules, diagnose=False)
     rates = {"float64": measure_matmul(torch.float64), "float32": measure_matmul(torch.float32)}
     unit = 2 * args.m * args.k * args.n
     model = {str(dt).replace("torch.", ""): f for dt, f in work("gate", args.m, args.k, args.n)["flops"].items()}

@@ -37,12 +37,12 @@ def child(variant: str, kernel: str, m: int, k: int, n: int) -> dict:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from kernels.pypto import backend, interpreter
-    from kernels.pypto.schedule import ARTICLE, HARDENED
+    from operators.swiglu_backward.kernels.pypto import backend, interpreter
+    from operators.swiglu_backward.schedule import ARTICLE, HARDENED
 
     pypto = interpreter.import_pypto()
     interpreter.load_calculator()
-    from kernels.pypto import kernels as pk
+    from operators.swiglu_backward.kernels.pypto import kernels as pk
 
     schedule = {"article": ARTICLE, "hardened": HARDENED}[variant]
     var, b, w, x = pk.build(k, n, schedule, pypto.RunMode.SIM.value, widen_matmul_inputs=False)
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         print(json.dumps(child(v, kern, int(m), int(k), int(n))))
         return 0
     rows = []
-    from kernels.pypto.backend import DEFAULT_CHUNK_ROWS  # noqa: PLC0415
+    from operators.swiglu_backward.kernels.pypto.backend import DEFAULT_CHUNK_ROWS  # noqa: PLC0415
 
     chunks = os.environ.get("SWIGLU_PYPTO_CPU_CHUNK_ROWS") or DEFAULT_CHUNK_ROWS
     print(f"PyPTO {'/'.join(args.variant)} kernels on CPU (interpreter), K={args.k}, N={args.n}, "

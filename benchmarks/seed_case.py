@@ -98,14 +98,14 @@ def work(stage: str, m: int, k: int, n: int) -> dict:
 def run_stage(stage: str, m: int, k: int, n: int) -> dict:
     from accuracy.compare import compare_case
     from cases.spec import CaseSpec, make_inputs
-    from operators.swiglu_backward.schedule import FAITHFUL_GLOBAL, FP64_GLOBAL
     from goldens.stream import GoldenPass
-    from kernels.pypto.schedule import ARTICLE
-    from kernels.torch_autograd import TORCH_BF16, torch_eager
-    from accuracy.allocator import keep_freed_memory
+    from operators.swiglu_backward.schedule import ARTICLE
+    from operators.swiglu_backward.kernels.torch_autograd import TORCH_BF16, torch_eager
+    from runs.allocator import keep_freed_memory
+    from operators.swiglu_backward import OPERATOR as SWIGLU
 
     keep_freed_memory()          # as the case matrix's processes do (cases/plugin.py)
-    inputs = make_inputs(CaseSpec(m, k, n, "seed", 0))
+    inputs = make_inputs(CaseSpec(m, k, n, "seed", 0, operator=SWIGLU))
     start = time.perf_counter()
     if stage == "backend":              # what the case needs without the framework: inputs, outputs
         torch_eager(**inputs)
@@ -114,11 +114,13 @@ def run_stage(stage: str, m: int, k: int, n: int) -> dict:
         outputs = torch_eager(**inputs)
         backend_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        compare_case(inputs, {"torch-eager": outputs}, {"torch-eager": TORCH_BF16}, diagnose=stage == "compare")
+        compare_case(SWIGLU, inputs, {"torch-eager": outputs}, {"torch-eager": TORCH_BF16},
+                     diagnose=stage == "compare")
     else:
         backend_seconds = None
-        layer = {"fp64": FP64_GLOBAL, "faithful": FAITHFUL_GLOBAL, "tiled": ARTICLE}[stage]
-        golden = GoldenPass(inputs, {stage: layer})
+        layer = {"fp64": SWIGLU.schedules.FP64_GLOBAL, "faithful": SWIGLU.schedules.FAITHFUL_GLOBAL,
+                 "tiled": ARTICLE}[stage]
+        golden = GoldenPass(SWIGLU, inputs, {stage: layer})
         for _ in golden.blocks():
             pass
     seconds = time.perf_counter() - start

@@ -163,17 +163,18 @@ def _profile_kernels(fn) -> dict:
 def kernel_times(ceil: dict, reps: int, shape=SEED) -> dict:
     from cases.spec import CaseSpec, make_inputs
     from kernels.registry import resolve
-    from kernels.triton.backend import triton_article
+    from operators.swiglu_backward.kernels.triton.backend import triton_article
+    from operators.swiglu_backward import OPERATOR as SWIGLU
     m, k, n = shape
-    inputs = make_inputs(CaseSpec(m, k, n, "seed", 0), DEVICE)
+    inputs = make_inputs(CaseSpec(m, k, n, "seed", 0, operator=SWIGLU), DEVICE)
     tiles_w = -(-m // 2048)
     w = work(m, k, n, tiles_w)
     floors = {name: floor_ms(v, ceil) for name, v in w.items()}
     total_floor = floors["b"] + floors["w"] + floors["x"]
     out = {"shape": {"M": m, "K": k, "N": n}, "work": w, "floor_ms": floors, "operator_floor_ms": total_floor,
            "backends": {}}
-    backends = {"triton": resolve("triton").fn, "triton-atomic": resolve("triton-atomic").fn,
-                "triton-article": triton_article, "torch-eager": resolve("torch-eager").fn}
+    backends = {"triton": resolve(SWIGLU, "triton").fn, "triton-atomic": resolve(SWIGLU, "triton-atomic").fn,
+                "triton-article": triton_article, "torch-eager": resolve(SWIGLU, "torch-eager").fn}
     for name, fn in backends.items():
         rec = {}
         try:
@@ -205,12 +206,13 @@ def determinism_runs(repeats: int, shape=SEED) -> dict:
     from accuracy.determinism import determinism
     from cases.spec import CaseSpec, make_inputs
     from kernels.registry import resolve
+    from operators.swiglu_backward import OPERATOR as SWIGLU
     m, k, n = shape
     out = {}
     for scale in ("seed", "unit"):
-        inputs = make_inputs(CaseSpec(m, k, n, scale, 0), DEVICE)
+        inputs = make_inputs(CaseSpec(m, k, n, scale, 0, operator=SWIGLU), DEVICE)
         for name in ("triton", "triton-atomic", "torch-eager"):
-            rec = determinism(resolve(name).fn, inputs, repeats=repeats, name=name)
+            rec = determinism(resolve(SWIGLU, name).fn, inputs, repeats=repeats, name=name)
             out[f"{name}@M{m}-K{k}-N{n}-{scale}"] = rec
             print(f"[bench]   determinism {name} {scale}: status {rec['status']}, bit_identical {rec['bit_identical']}, "
                   f"differing {({o: r['differing_elements'] for o, r in rec['outputs'].items() if not r['bit_identical']})}",

@@ -4,7 +4,7 @@ report registers, spill stack and whether the matmuls use wgmma.
     python benchmarks/h200/compile_check.py        (needs triton; no GPU, no driver)
 
 Catches front-end errors of the compiled path, which the CPU interpreter never runs,
-and sizes the CUDA blocks in ``kernels/triton/backend.py`` (CUDA_BLOCKS) before any
+and sizes the CUDA blocks in ``operators/swiglu_backward/kernels/triton/backend.py`` (CUDA_BLOCKS) before any
 GPU time is spent. ``aligned``: integer arguments and pointers divisible by 16, as
 triton specialises them at launch for K, N = 512, 1024; ``odd``: no such hint (K, N =
 96, 200). Exit status 1 if a kernel fails to compile.
@@ -24,8 +24,8 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from kernels.triton import _kernels  # noqa: E402
-from kernels.triton.backend import CUDA_BLOCKS as B  # noqa: E402
+from operators.swiglu_backward.kernels.triton import _kernels  # noqa: E402
+from operators.swiglu_backward.kernels.triton.backend import CUDA_BLOCKS as B  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--results-dir", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
-    from accuracy.results import load_records
+    from runs.results import load_records
     records = load_records(args.results_dir)
     args.out.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out / "matrix-results.json.gz", "wt") as f:

@@ -1,6 +1,7 @@
 """Kernels the framework has never seen, for ``benchmarks/hostile_sweep``: correct ones on other
 legitimate paths (must pass every cell), wrong ones (must fail at least one cell), and ones that
-attack the harness instead of computing (must fail, and cost no other backend its record).
+attack the harness instead of computing (must fail, and cost no other backend its record; an
+attack through a door the framework has since closed, ``HARMLESS``, computes right and must pass).
 
 Each is written as a user would write it, from the operator's formulas; nothing here imports the
 framework except the attacks that target it by name.
@@ -212,7 +213,7 @@ def attack_patch_gate(**inp):
     """Replace the framework's verdict functions with ones that always pass."""
     for name in list(sys.modules):
         mod = sys.modules[name]
-        if name.startswith(("accuracy", "cases", "goldens", "operators")) and mod is not None:
+        if name.startswith(("contract", "accuracy", "cases", "goldens", "operators", "runs")) and mod is not None:
             for attr in ("gated_verdicts", "judge_output", "compare_case"):
                 if hasattr(mod, attr):
                     setattr(mod, attr, _always_pass)
@@ -300,8 +301,11 @@ def attack_alias_inputs(**inp):
 
 
 def attack_env_operator(**inp):
+    """$ACCURACY_OPERATOR once chose the operator every later cell of the process resolved; the
+    operator is now a value handed down from the command line and the variable is read by nothing,
+    so setting it changes nothing: the right outputs must pass, and torch-eager after it too."""
     os.environ["ACCURACY_OPERATOR"] = "rmsnorm_backward"
-    return {k: torch.zeros_like(v) for k, v in _math(**inp).items()}
+    return _math(**inp)
 
 
 def attack_default_device(**inp):
@@ -385,3 +389,6 @@ ATTACKS = tuple(n for n in list(globals()) if n.startswith("attack_"))
 # Attacks whose outputs are right at return (they test that nothing else breaks, not a verdict):
 # zeroed after return, an alarm set, a graph attached (the values are right), an extra output key.
 RIGHT_AT_RETURN = ("attack_zero_later", "attack_alarm", "attack_requires_grad", "attack_returns_extra_output")
+# Attacks through a door that no longer exists, with right outputs: they must pass like a correct kernel
+# (the framework reads no $ACCURACY_OPERATOR: the operator is passed as a value).
+HARMLESS = ("attack_env_operator",)
