@@ -8,7 +8,7 @@ restores it after the call whatever happened, and reports what the backend chang
 its cell can fail with that message while every other cell keeps its verdict.
 
 One leak cannot be undone in place: torch's worker threads started while FTZ/DAZ was
-set keep it (``accuracy.platform_facts.fp32_keeps_subnormals``). Then the process
+set keep it (``runs.platform_facts.fp32_keeps_subnormals``). Then the process
 goes on single-threaded, where the calling thread's restored state is the only one
 used, and the report of the leak says so.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from accuracy.platform_facts import fp32_keeps_subnormals
+from runs.platform_facts import fp32_keeps_subnormals
 
 
 # The new per-backend FP32 precision API (``torch.backends.*.fp32_precision``): "bf16" there makes
