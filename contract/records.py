@@ -33,6 +33,9 @@ def parse(case_id: str) -> tuple[dict[str, int], str, int] | None:
 # The version of the results format (``runs.results``): the keys below, a results file's top level
 # ``schema``, ``records``, ``manifest``, ``planned``, ``missing``, ``unreadable_shards``, ``run``.
 SCHEMA_VERSION = 2
+# the versions a reader accepts: 1 (a results file of records alone, before run folders, manifests
+# and planned cells) has the same records
+READABLE_SCHEMAS = (1, 2)
 
 
 class RecordSchemaError(ValueError):

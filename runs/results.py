@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.records import SCHEMA_VERSION, RecordSchemaError, checked
+from contract.records import READABLE_SCHEMAS, SCHEMA_VERSION, RecordSchemaError, checked
 
 RUNS = "runs"
 LATEST = "latest"
@@ -212,9 +212,9 @@ def load_results(path: str | os.PathLike) -> dict:
         raise ResultsNotFound(f"{target}: not valid JSON ({str(exc)[:200]})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
         raise ResultsNotFound(f"{target}: not a results file (no 'records' list)")
-    if data.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
-        raise ResultsNotFound(f"{target}: results schema {data.get('schema')!r}; this framework reads schema "
-                              f"{SCHEMA_VERSION}")
+    if data.get("schema", SCHEMA_VERSION) not in READABLE_SCHEMAS:
+        raise ResultsNotFound(f"{target}: results schema {data.get('schema')!r}; this framework reads schemas "
+                              f"{', '.join(map(str, READABLE_SCHEMAS))}")
     try:
         checked((r for r in data["records"] if isinstance(r, dict)), str(target))
     except RecordSchemaError as exc:

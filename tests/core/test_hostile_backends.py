@@ -99,6 +99,7 @@ def test_worker_threads_started_under_ftz_do_not_reach_the_goldens():
         from cases.evaluate import evaluate_case
         from cases.spec import CaseSpec
         from kernels.registry import Backend, resolve
+        from operators.swiglu_backward import OPERATOR as SWIGLU
         from operators.swiglu_backward.kernels.torch_autograd import torch_eager
         def poison(**inputs):
             torch.set_flush_denormal(True)

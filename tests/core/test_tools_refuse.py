@@ -45,6 +45,8 @@ def _main(module: str, argv, capsys) -> tuple[int, str]:
         from accuracy.__main__ import main
     elif module == "reports":
         from reports.__main__ import main
+    elif module == "drift_study":
+        from cases.drift_study import main
     else:
         from cases.expectation_update import main
     code = main(argv)
@@ -66,7 +68,8 @@ def test_no_tool_writes_over_a_run(run, tmp_path, capsys):
         ("accuracy", ["merge", str(results), "-o", str(afile)], "is a file"),
         ("reports", [str(results), "-o", str(folder)], "holds a run"),
         ("reports", [str(results), "-o", str(afile)], "is a file"),
-        ("reports", ["drift", "-o", str(afile)], "is a file"),
+        ("drift_study", ["-o", str(afile)], "is a file"),
+        ("reports", ["drift", str(folder)], "no drift study"),
     ]:
         code, text = _main(module, argv, capsys)
         assert code == 2 and says in text and "Traceback" not in text, (argv, code, text)

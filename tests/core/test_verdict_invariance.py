@@ -100,7 +100,7 @@ def test_a_reduction_compared_in_row_slices_gives_the_record_of_one_comparison(m
 
 
 def test_verdicts_do_not_depend_on_the_diagnosis_layers(runs):
-    """``compare_case(SWIGLU, diagnose=False)`` (benchmarks' gate: no faithful or tiled layers, no bound,
+    """``compare_case(..., diagnose=False)`` (benchmarks' gate: no faithful or tiled layers, no bound,
     the FP64 comparison reduced to the dual verdict's metrics) gives the full comparison's gated
     verdicts and counts (so does the false-alarm benchmark's lean gate,
     tests/mutants/test_gate_power.py::test_benchmark_gate_equals_the_matrix_gate) and its dual
@@ -138,7 +138,7 @@ def test_row_mismatch_counts_stay_exact_when_the_kept_excess_overflows(monkeypat
 
     def records():
         calls.clear()
-        result = counted(inputs, {b.name: outputs[b.name] for b in chosen},
+        result = counted(SWIGLU, inputs, {b.name: outputs[b.name] for b in chosen},
                          {b.name: declared_schedule(SWIGLU, b) for b in chosen}, diagnose=diagnose)
         return json.dumps([result["backends"], {str(p): v for p, v in result["goldens"].items()},
                            result["ideal"]], sort_keys=True)
