@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from accuracy.fused import _spacing, set_threads
+from accuracy.compiled_pass import _spacing, set_threads
 
 # the whole-output aggregate tests' tail constant (``accuracy.allowance.TAIL_SIGMAS``, checked
 # equal by tests/core/test_localized.py) and the false-alarm bound it gives

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from accuracy import fused
+from accuracy import compiled_pass
 from accuracy.allowance import DIRECTION_BIAS, SCALE_BIAS, SIGN_MAX_ULP, SIGN_MIN_ULP, TAIL_SIGMAS
 from accuracy.dual import REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL
 from accuracy.localized import LocalSums
@@ -203,7 +203,7 @@ class ErrorStats:
         Element-wise work runs in FP32 (the kernel's BF16 values are exact there; an FP64
         golden rounded to FP32 moves by 2^-24 relative, 2^16 times below a BF16 ULP), in
         row slices of about ``SLICE_ELEMENTS``; sums run in FP64 so that subnormal outputs do
-        not underflow. On the CPU one compiled pass (``accuracy.fused``) does the work of the
+        not underflow. On the CPU one compiled pass (``accuracy.compiled_pass``) does the work of the
         eager passes of ``_update_slice``, which serves other devices and slices with NaN/Inf.
         The two histograms come from a systematic sample of at most 2^20 elements of the whole
         output; every max, count and the worst elements are exact."""
@@ -237,13 +237,13 @@ class ErrorStats:
                              cut(exact, start), cut(noise_var, start), shared_of(start), shared_axis,
                              shared_total if start == 0 else 0.0, direction)
                       for start in range(0, rows, step)]
-        if not self._update_fused(actual, expected, bound, row_offset, rounded_terms, allowance, exact,
+        if not self._update_compiled(actual, expected, bound, row_offset, rounded_terms, allowance, exact,
                                   noise_var, direction, pieces):
             for piece in pieces:
                 self._update_slice(*piece)
 
-    def _fused_inputs(self, actual, expected, bound, rounded_terms, allowance, exact, noise_var):
-        """The flat NumPy views ``accuracy.fused`` reads, or None where it does not apply: another
+    def _compiled_inputs(self, actual, expected, bound, rounded_terms, allowance, exact, noise_var):
+        """The flat NumPy views ``accuracy.compiled_pass`` reads, or None where it does not apply: another
         device, an optional input that is neither per element nor one value."""
         if actual.device.type != "cpu" or expected.device.type != "cpu" or actual.numel() == 0:
             return None
@@ -304,30 +304,30 @@ class ErrorStats:
         """More elements had an excess above the floor than could be kept: the count is a range."""
         return self.atol_known is None and self.n_excess_dropped > 0
 
-    def _update_fused(self, actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
+    def _update_compiled(self, actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
                       direction, pieces: list[_Slice]) -> bool:
-        """The update in one compiled pass (``accuracy.fused``), its slices' sums added in order;
+        """The update in one compiled pass (``accuracy.compiled_pass``), its slices' sums added in order;
         a slice with NaN or Inf goes to the eager path. False where the pass does not apply."""
-        arrays = self._fused_inputs(actual, expected, bound, rounded_terms, allowance, exact, noise_var)
+        arrays = self._compiled_inputs(actual, expected, bound, rounded_terms, allowance, exact, noise_var)
         if arrays is None:
             return False
         a, b, rounded, allow, exact_np, noise, bound_np = arrays
         n = a.shape[0]
         width = actual.shape[-1] if actual.dim() > 1 else 1
         block = pieces[0].actual.numel() if len(pieces) > 1 else n
-        flags = ((fused.DUAL if self.dual else 0) | (fused.DUAL_ONLY if self.dual_only else 0)
-                 | (fused.EXACT if exact is not None else 0) | (fused.DIRECTION if direction else 0)
-                 | (fused.ALLOWANCE if allowance is not None else 0)
-                 | (fused.ROUNDED if rounded_terms is not None else 0)
-                 | (fused.BOUND if bound is not None else 0) | (fused.NOISE if noise_var is not None else 0))
+        flags = ((compiled_pass.DUAL if self.dual else 0) | (compiled_pass.DUAL_ONLY if self.dual_only else 0)
+                 | (compiled_pass.EXACT if exact is not None else 0) | (compiled_pass.DIRECTION if direction else 0)
+                 | (compiled_pass.ALLOWANCE if allowance is not None else 0)
+                 | (compiled_pass.ROUNDED if rounded_terms is not None else 0)
+                 | (compiled_pass.BOUND if bound is not None else 0) | (compiled_pass.NOISE if noise_var is not None else 0))
         bars = self._floor_bars()
         bar_ratio, bar_abs = (math.inf, 0.0) if bars is None else bars
         sample_step = max(1, math.prod(self.shape) // HIST_SAMPLE)
-        params = np.zeros(fused.N_PARAMS)
+        params = np.zeros(compiled_pass.N_PARAMS)
         f32 = np.float32
-        params[[fused.P_RTOL, fused.P_SEED_ATOL, fused.P_ZERO_PASS, fused.P_ATOL, fused.P_SMALL,
-                fused.P_SMALL_ATOL, fused.P_REL_EPS, fused.P_SIGN_MIN, fused.P_SIGN_MAX, fused.P_BAR_WORST,
-                fused.P_BAR_RATIO, fused.P_BAR_ABS, fused.P_FIRST_SAMPLE, fused.P_SAMPLE_STEP]] = [
+        params[[compiled_pass.P_RTOL, compiled_pass.P_ACCEPTANCE_ATOL, compiled_pass.P_ZERO_PASS, compiled_pass.P_ATOL, compiled_pass.P_SMALL,
+                compiled_pass.P_SMALL_ATOL, compiled_pass.P_REL_EPS, compiled_pass.P_SIGN_MIN, compiled_pass.P_SIGN_MAX, compiled_pass.P_BAR_WORST,
+                compiled_pass.P_BAR_RATIO, compiled_pass.P_BAR_ABS, compiled_pass.P_FIRST_SAMPLE, compiled_pass.P_SAMPLE_STEP]] = [
             self.tol.rtol, f32(self.tol.atol), f32(self.tol.atol / (1 - self.tol.rtol)),
             # atol unknown: count the excess above the floor (``excess_over`` keeps it for the count)
             f32(self.atol_known if self.atol_known is not None else self.excess_floor), f32(SMALL_VALUE),
@@ -335,22 +335,22 @@ class ErrorStats:
             self.worst[-1]["excess"] if len(self.worst) == WORST_K else -math.inf, bar_ratio, bar_abs,
             (-row_offset * width) % sample_step, sample_step]
         n_blocks = len(pieces)
-        acc = np.zeros((n_blocks, fused.N_SLOTS))
+        acc = np.zeros((n_blocks, compiled_pass.N_SLOTS))
         ulp_hist = np.zeros((n_blocks, len(ULP_EDGES) - 1), dtype=np.int64)
         log_hist = np.zeros((n_blocks, len(LOG10_EDGES) - 1), dtype=np.int64)
 
         def table(k):
             return np.zeros((n_blocks, k)), np.zeros((n_blocks, k), dtype=np.int64), np.zeros(n_blocks, dtype=np.int64)
         worst, ratio, absb = table(WORST_K), table(FLOOR_K), table(FLOOR_K)
-        fused.set_threads(torch.get_num_threads())
-        fused.compare_slices(a, b, rounded, allow, exact_np, noise, bound_np, block, flags, params,
+        compiled_pass.set_threads(torch.get_num_threads())
+        compiled_pass.compare_slices(a, b, rounded, allow, exact_np, noise, bound_np, block, flags, params,
                              _ULP_EDGES_NP, _LOG10_EDGES_NP, acc, ulp_hist, log_hist, *worst, *ratio, *absb)
         for k, piece in enumerate(pieces):
             s = acc[k]
-            if s[fused.N_NONFINITE]:
+            if s[compiled_pass.N_NONFINITE]:
                 self._update_slice(*piece)
                 continue
-            lo, count = k * block, int(s[fused.N_FINITE])
+            lo, count = k * block, int(s[compiled_pass.N_FINITE])
             offset = piece.row_offset
 
             def at(slot: int) -> list[int]:
@@ -358,59 +358,59 @@ class ErrorStats:
             self.n += count
             self.n_compared += count
             self.n_golden_finite += count
-            self.max_golden = max(self.max_golden, float(s[fused.MAX_GOLDEN]))
+            self.max_golden = max(self.max_golden, float(s[compiled_pass.MAX_GOLDEN]))
             if self.dual:
-                self.n_golden_visible += int(s[fused.N_VISIBLE])
-            self.sq_b += float(s[fused.SQ_B])
-            self.n_zero_passes += int(s[fused.N_ZERO_PASSES])
-            n_pos, n_neg = int(s[fused.N_POS]), int(s[fused.N_NEG])
+                self.n_golden_visible += int(s[compiled_pass.N_VISIBLE])
+            self.sq_b += float(s[compiled_pass.SQ_B])
+            self.n_zero_passes += int(s[compiled_pass.N_ZERO_PASSES])
+            n_pos, n_neg = int(s[compiled_pass.N_POS]), int(s[compiled_pass.N_NEG])
             self.n_pos += n_pos
             self.n_neg += n_neg
             if self.dual:
-                n_small = int(s[fused.N_SMALL])
+                n_small = int(s[compiled_pass.N_SMALL])
                 self.n_small += n_small
-                self.n_small_err += int(s[fused.N_SMALL_ERR])
+                self.n_small_err += int(s[compiled_pass.N_SMALL_ERR])
                 self.n_normal += count - n_small
-                self.n_ulp_over_1 += int(s[fused.N_ULP_OVER_1])
-                self.sum_sq_err_normal += float(s[fused.SUM_SQ_ERR_NORMAL])
-                self.sum_rel_normal += float(s[fused.SUM_REL_NORMAL])
-                self.max_rel_normal = max(self.max_rel_normal, float(s[fused.MAX_REL_NORMAL]))
+                self.n_ulp_over_1 += int(s[compiled_pass.N_ULP_OVER_1])
+                self.sum_sq_err_normal += float(s[compiled_pass.SUM_SQ_ERR_NORMAL])
+                self.sum_rel_normal += float(s[compiled_pass.SUM_REL_NORMAL])
+                self.max_rel_normal = max(self.max_rel_normal, float(s[compiled_pass.MAX_REL_NORMAL]))
             if self.dual_only:
                 continue
-            self.n_over_seed += int(s[fused.N_OVER_SEED])
+            self.n_over_seed += int(s[compiled_pass.N_OVER_SEED])
             if allowance is not None:
                 self.allowance_seen = True
-                self.max_noise_ratio = max(self.max_noise_ratio, float(s[fused.MAX_NOISE_RATIO]))
-            fields = lambda index: fused.fields_at(index, a, b, rounded, allow, flags, self.tol.rtol)
+                self.max_noise_ratio = max(self.max_noise_ratio, float(s[compiled_pass.MAX_NOISE_RATIO]))
+            fields = lambda index: compiled_pass.fields_at(index, a, b, rounded, allow, flags, self.tol.rtol)
             if exact is not None:
                 picks = np.unique(np.concatenate([ratio[1][k, :ratio[2][k]], absb[1][k, :absb[2][k]]]))
                 if picks.size:
                     self._keep_floor_pairs(torch.from_numpy(fields(picks)[:, 4:6]).float())
                 self.aggregate_seen = True
-                self.sum_eb += float(s[fused.SUM_EB])
-                self.sum_bb += float(s[fused.SUM_BB])
-                self.sum_vbb += float(s[fused.SUM_STORE]) / 12
+                self.sum_eb += float(s[compiled_pass.SUM_EB])
+                self.sum_bb += float(s[compiled_pass.SUM_BB])
+                self.sum_vbb += float(s[compiled_pass.SUM_STORE]) / 12
                 if noise_var is not None:
-                    self.sum_vbb += float(s[fused.SUM_NOISE])
+                    self.sum_vbb += float(s[compiled_pass.SUM_NOISE])
                 if not direction:
                     self.direction_seen = False
                 else:
-                    counted, toward = int(s[fused.N_COUNTED]), int(s[fused.N_TOWARD])
+                    counted, toward = int(s[compiled_pass.N_COUNTED]), int(s[compiled_pass.N_TOWARD])
                     self.n_toward += toward
-                    self.n_up += int(s[fused.N_UP])
+                    self.n_up += int(s[compiled_pass.N_UP])
                     self.n_away += counted - toward
                 if piece.shared_var is not None:
                     self._shared(piece.exact, piece.shared_var, piece.shared_axis)
                 self.sum_vbb += piece.shared_total
-            for slot, at_slot, name in ((fused.MAX_ABS, fused.MAX_ABS_AT, "max_abs"),
-                                        (fused.MAX_REL, fused.MAX_REL_AT, "max_rel"),
-                                        (fused.MAX_ULP, fused.MAX_ULP_AT, "max_ulp")):
+            for slot, at_slot, name in ((compiled_pass.MAX_ABS, compiled_pass.MAX_ABS_AT, "max_abs"),
+                                        (compiled_pass.MAX_REL, compiled_pass.MAX_REL_AT, "max_rel"),
+                                        (compiled_pass.MAX_ULP, compiled_pass.MAX_ULP_AT, "max_ulp")):
                 if float(s[slot]) > getattr(self, name)[0]:
                     setattr(self, name, (float(s[slot]), at(at_slot)))
             if self.atol_known is not None:
-                self.n_mismatch_known += int(s[fused.N_MISMATCH])
+                self.n_mismatch_known += int(s[compiled_pass.N_MISMATCH])
             else:
-                self._keep_excess(int(s[fused.N_MISMATCH]), lambda: torch.from_numpy(fused.excess_over(
+                self._keep_excess(int(s[compiled_pass.N_MISMATCH]), lambda: torch.from_numpy(compiled_pass.excess_over(
                     a, b, rounded, allow, flags, self.tol.rtol, lo, lo + piece.actual.numel(),
                     np.float32(self.excess_floor))))
             index = worst[1][k, :worst[2][k]]
@@ -419,21 +419,21 @@ class ErrorStats:
                                    "expected": float(b[i]), "abs_err": abs_err, "rel_err": rel, "ulp": ulp,
                                    "excess": excess})
             self.worst = sorted(self.worst, key=lambda w: -w["excess"])[:WORST_K]
-            self.sum_err += float(s[fused.SUM_ERR])
-            self.sum_abs_err += float(s[fused.SUM_ABS_ERR])
+            self.sum_err += float(s[compiled_pass.SUM_ERR])
+            self.sum_abs_err += float(s[compiled_pass.SUM_ABS_ERR])
             self.n_exact += count - n_pos - n_neg
-            self.dot += float(s[fused.DOT])
-            self.sq_a += float(s[fused.SQ_A])
-            self.sq_b_pairs += float(s[fused.SQ_B_PAIRS])
-            self.hist_weight += sample_step * int(s[fused.N_SAMPLED])
+            self.dot += float(s[compiled_pass.DOT])
+            self.sq_a += float(s[compiled_pass.SQ_A])
+            self.sq_b_pairs += float(s[compiled_pass.SQ_B_PAIRS])
+            self.hist_weight += sample_step * int(s[compiled_pass.N_SAMPLED])
             self.ulp_hist += torch.from_numpy(ulp_hist[k]) * sample_step
             self.log10_hist += torch.from_numpy(log_hist[k]) * sample_step
             if bound is not None:
                 self.bound_seen = True
-                if float(s[fused.MAX_UTIL]) > self.max_util[0]:
-                    self.max_util = (float(s[fused.MAX_UTIL]), at(fused.MAX_UTIL_AT))
-                self.n_over_bound += int(s[fused.N_OVER_BOUND])
-                self.sum_bound += float(s[fused.SUM_BOUND])
+                if float(s[compiled_pass.MAX_UTIL]) > self.max_util[0]:
+                    self.max_util = (float(s[compiled_pass.MAX_UTIL]), at(compiled_pass.MAX_UTIL_AT))
+                self.n_over_bound += int(s[compiled_pass.N_OVER_BOUND])
+                self.sum_bound += float(s[compiled_pass.SUM_BOUND])
         return True
 
     def _update_slice(self, actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | None,

@@ -11,7 +11,7 @@ rounding-model bound of the accumulation (Higham's recursive summation)
 
 with the largest ratio drift / bound (``utilisation``; <= 1 when the model holds). The records
 carry it (``cases.evaluate.golden_records``: ``tile_drift`` of the tiled layer's records) and the
-report's heatmap reads it from there (``reports.tiledrift``).
+report's heatmap reads it from there (``reports.tile_drift``).
 """
 from __future__ import annotations
 

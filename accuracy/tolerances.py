@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from contract.operator import Operator
 
-SEED_RTOL = 1 / 128
-SEED_ATOL = 1e-4
+ACCEPTANCE_RTOL = 1 / 128
+ACCEPTANCE_ATOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Tolerance:
         return bound if allowance is None else bound + allowance
 
 
-ACCEPTANCE = Tolerance(SEED_RTOL, SEED_ATOL)
+ACCEPTANCE = Tolerance(ACCEPTANCE_RTOL, ACCEPTANCE_ATOL)
 
 
 def tolerances_for(operator: Operator) -> dict[str, Tolerance]:

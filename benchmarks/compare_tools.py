@@ -12,7 +12,7 @@ slices as the framework streams them, written three ways:
 
 Then the framework's own comparison, ``ErrorStats.update`` as the case matrix calls it (the
 gated comparison with allowance, FP64 values and variances; a diagnosis layer; the reference's
-dual-only metrics), on its eager passes and on the compiled pass (``accuracy.fused``), whole
+dual-only metrics), on its eager passes and on the compiled pass (``accuracy.compiled_pass``), whole
 chunks of 2048 rows: what the choice buys end to end, every count, maximum and selection
 included.
 
@@ -146,7 +146,7 @@ def error_stats(rows: int, n: int, chunk: int = 2048) -> dict:
             def once() -> float:
                 st = ErrorStats(Tolerance(RTOL, 1e-4), (rows, n), scale_rms=1.0, **stats_args)
                 if path == "eager":
-                    st._update_fused = lambda *a, **k: False
+                    st._update_compiled = lambda *a, **k: False
                 start = time.perf_counter()
                 for r in range(0, rows, chunk):
                     st.update(kernel[r:r + chunk], reference[r:r + chunk], row_offset=r,

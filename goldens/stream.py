@@ -144,7 +144,7 @@ class GoldenPass:
         ``tile_observer(layer, output, tile, running, global_sum, abs_partials)``: called after each
         tile of each tiled reduction (a tile_m, not one global sum) of each layer, with the running value in the accumulator dtype, the
         running sum of the same partials in the math dtype (no casts: the global order's value)
-        and the sum of |partials| so far (``reports.tiledrift``'s heatmap)."""
+        and the sum of |partials| so far (``reports.tile_drift``'s heatmap)."""
         self.operator = operator
         self.inputs = inputs
         self.layers = dict(layers)

@@ -13,7 +13,7 @@ import time
 import operators
 from runs.output_paths import OutputPathError, output_file, output_folder
 from runs.results import ResultsNotFound, load_records, load_results, resolve_results
-from reports.drift_figures import StudyUnreadable, draw, load_study
+from reports.drift_study_figures import StudyUnreadable, draw, load_study
 from reports.msprobe_csv import write
 from reports.page import render
 

@@ -24,8 +24,8 @@ from accuracy.metrics import histogram_edges
 from runs.results import load_records, load_results, write_text_atomic
 from reports import data as D
 from reports import plots as P
-from reports import tiledrift
-from reports.drift_figures import StudyUnreadable, draw, load_study, shape_label
+from reports import tile_drift
+from reports.drift_study_figures import StudyUnreadable, draw, load_study, shape_label
 
 TEMPLATES = Path(__file__).parent / "templates"
 PLOTS = "plots"
@@ -110,8 +110,8 @@ def _tile_rows(op) -> dict[str, int | None]:
 
 
 def _tile_drift(idx: D.Index, op):
-    """The default schedule's per-tile drift, as the golden pass recorded it (``reports.tiledrift``)."""
-    return tiledrift.from_records(idx, op.schedules.default_schedule().name, op)
+    """The default schedule's per-tile drift, as the golden pass recorded it (``reports.tile_drift``)."""
+    return tile_drift.from_records(idx, op.schedules.default_schedule().name, op)
 
 
 def _plot_job(job) -> None:
@@ -195,7 +195,7 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     """Render ``results_dir`` (a results directory or a results JSON file) into ``out_dir/index.html``
     (+ ``out_dir/plots/*.png``); ``baseline``: a previous results directory to diff against.
     ``heatmap``: the per-tile drift of the operator's default schedule at the largest case whose
-    records carry it (``reports.tiledrift``; recorded by the golden pass, nothing is recomputed).
+    records carry it (``reports.tile_drift``; recorded by the golden pass, nothing is recomputed).
     ``processes``: plot in that many processes (default: up to 8 when there are >= 12 plots and >= 4 CPUs;
     1: serially). ``drift_study``: the directory of a drift study (``python -m cases.drift_study -o DIR``);
     default ``out_dir/drift`` when it holds one. Its figures and crossing table head the drift section."""
@@ -338,8 +338,8 @@ def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_
         cases=idx.case_list(), backends=idx.backends, outputs=idx.outputs, cells=cells, counts=counts,
         details=details, hist_img=hist_img, attribution=attribution, att_img=att_img,
         vac_rows=vac_rows, vac_table=vac_table, vac_img=vac_img, drift_imgs=drift_imgs, panels=panels,
-        td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.SEED_RTOL,
-        seed_atol=D.SEED_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
+        td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.ACCEPTANCE_RTOL,
+        seed_atol=D.ACCEPTANCE_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
         sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform, run_info=run_info,
         dual=dual, dual_limits=RATIO_LIMITS, study=study, expectations_dir=_expectations_dir(op))
     timings["html"] = time.perf_counter() - t0

@@ -1,6 +1,6 @@
 """PNG plots of the report (matplotlib, Agg backend: no display needed).
 
-Every function takes the data from ``reports.data`` / ``reports.tiledrift`` and
+Every function takes the data from ``reports.data`` / ``reports.tile_drift`` and
 a path, writes one PNG and returns nothing; none of them reads records itself.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
-from reports.data import SEED_ATOL, SEED_RTOL, SOURCES, AttributionRow, Detail, DriftPanel, VacuityRow  # noqa: E402
+from reports.data import ACCEPTANCE_ATOL, ACCEPTANCE_RTOL, SOURCES, AttributionRow, Detail, DriftPanel, VacuityRow  # noqa: E402
 
 DPI = 80
 GOLDEN_STYLE = {"reference": ("#000000", "vs reference (gated)"), "fp64": ("#1f77b4", "vs FP64"),
@@ -238,7 +238,7 @@ def heatmap(td, path: Path) -> None:
 def vacuity(rows: Sequence[VacuityRow], path: Path) -> None:
     """max |golden| per case and output against the article's atol: below the line, zeros pass."""
     fig, ax = plt.subplots(figsize=(10, 3.4))
-    threshold = SEED_ATOL / (1 - SEED_RTOL)
+    threshold = ACCEPTANCE_ATOL / (1 - ACCEPTANCE_RTOL)
     any_pt = False
     for i, r in enumerate(rows):
         for pts, color, label in ((r.checked, "#2ca02c", "checked (some |golden| > atol)"),

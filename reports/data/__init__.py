@@ -22,7 +22,7 @@ Record kinds (see ``cases.evaluate``):
 from __future__ import annotations
 
 from reports.data.records import (
-    operator_outputs, SEED_RTOL, SEED_ATOL, GOLDENS, VERDICT_STATUSES, FAILING, GOLDEN_PREFIX, NOISE_ULP_P99,
+    operator_outputs, ACCEPTANCE_RTOL, ACCEPTANCE_ATOL, GOLDENS, VERDICT_STATUSES, FAILING, GOLDEN_PREFIX, NOISE_ULP_P99,
     NOISE_MAX_ABS_FACTOR, num, finite, metrics_of, is_golden_record, slug, Case, case_of, Index,
     index,
 )
@@ -30,14 +30,14 @@ from reports.data.verdicts import Cell, row_anchor, detail_anchor, origin_of, ve
 from reports.data.details import DETAIL_METRICS, AGGREGATE_METRICS, DetailRow, Detail, details
 from reports.data.attribution import SOURCES, AttributionRow, attribution_split
 from reports.data.vacuity import VacuityRow, vacuity
-from reports.data.drift import Series, DriftPanel, drift_panels
+from reports.data.drift_vs_m import Series, DriftPanel, drift_panels
 from reports.data.baseline import Change, BaselineDiff, baseline_diff
 from reports.data.platform import PlatformSummary, platform_summary
 from reports.data.dual import DualRow, DualTable, dual_tables
 
 __all__ = [
-    "SEED_RTOL",
-    "SEED_ATOL",
+    "ACCEPTANCE_RTOL",
+    "ACCEPTANCE_ATOL",
     "operator_outputs",
     "GOLDENS",
     "VERDICT_STATUSES",

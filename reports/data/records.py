@@ -25,7 +25,7 @@ def operator_outputs(operator=None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return operator.output_names, operator.reduction_outputs
 
 # The article's gate (numpy.testing.assert_allclose(rtol=1/128, atol=1e-4)).
-SEED_RTOL, SEED_ATOL = 1 / 128, 1e-4
+ACCEPTANCE_RTOL, ACCEPTANCE_ATOL = 1 / 128, 1e-4
 
 # Baseline "noise": a metric got worse only when it moved by more than this.
 NOISE_ULP_P99 = 1.0          # BF16 ULP, absolute increase of the 99th percentile

@@ -11,7 +11,7 @@ Why numba: it ships LLVM in its wheel, so a fresh machine with only Python and t
 registries compiles it (``torch.compile``'s C++ backend needs a system compiler), and its
 ``cache=True`` keeps the machine code between processes. Measured by
 ``benchmarks/compare_tools.py`` (docs/performance.md, "Which tool"). The eager path stays the reference:
-for other devices, for slices with NaN or Inf, and in ``tests/core/test_fused_metrics.py``,
+for other devices, for slices with NaN or Inf, and in ``tests/core/test_compiled_pass.py``,
 which checks both give the same record.
 
 Vectorised: a slice runs in sub-blocks of ``SUB`` elements whose per-element values go to small
@@ -49,7 +49,7 @@ DUAL, DUAL_ONLY, EXACT, DIRECTION, ALLOWANCE, ROUNDED, BOUND, NOISE = (1 << i fo
 
 # ``params`` slots (float64; the FP32 thresholds are stored already rounded to FP32, as the
 # eager path's comparisons of an FP32 tensor with a Python float round the float)
-(P_RTOL, P_SEED_ATOL, P_ZERO_PASS, P_ATOL, P_SMALL, P_SMALL_ATOL, P_REL_EPS, P_SIGN_MIN, P_SIGN_MAX,
+(P_RTOL, P_ACCEPTANCE_ATOL, P_ZERO_PASS, P_ATOL, P_SMALL, P_SMALL_ATOL, P_REL_EPS, P_SIGN_MIN, P_SIGN_MAX,
  P_BAR_WORST, P_BAR_RATIO, P_BAR_ABS, P_FIRST_SAMPLE, P_SAMPLE_STEP) = range(14)
 N_PARAMS = 14
 
@@ -372,7 +372,7 @@ def compare_slices(a, b, rounded, allow, exact, noise, bound, block, flags, para
     has_bound = (flags & BOUND) != 0
     has_noise = (flags & NOISE) != 0
     rtol = params[P_RTOL]
-    seed_atol = np.float32(params[P_SEED_ATOL])
+    seed_atol = np.float32(params[P_ACCEPTANCE_ATOL])
     zero_pass = np.float32(params[P_ZERO_PASS])
     atol = np.float32(params[P_ATOL])
     small = np.float32(params[P_SMALL])

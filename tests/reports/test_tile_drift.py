@@ -11,7 +11,7 @@ from goldens.stream import GoldenPass, materialize
 from operators.swiglu_backward.schedule import ARTICLE, HARDENED
 from kernels.registry import resolve
 from reports import data as D
-from reports.tiledrift import from_records
+from reports.tile_drift import from_records
 from operators.swiglu_backward import OPERATOR as SWIGLU
 
 SPEC = CaseSpec(4500, 8, 150, "unit", 0)     # 5 b-tiles (tail 404), 3 w-tiles (tail 404)

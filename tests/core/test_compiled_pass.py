@@ -1,4 +1,4 @@
-"""The compiled comparison (``accuracy.fused``) gives the eager path's record: every count,
+"""The compiled comparison (``accuracy.compiled_pass``) gives the eager path's record: every count,
 index, histogram, selection and string the same, the floats summed in another order within
 1e-9 relative. Data with the features that decide a verdict: errors of a few ULPs, elements
 beyond the tolerance, zero goldens, subnormals, ties, NaN and Inf (those slices go to the eager
@@ -43,10 +43,10 @@ def _data(kind: str, seed: int = 0):
     return actual, reference, extra
 
 
-def _record(fused: bool, actual, expected, stats_args: dict, update_args: dict, chunk: int) -> dict:
+def _record(compiled: bool, actual, expected, stats_args: dict, update_args: dict, chunk: int) -> dict:
     st = ErrorStats(TOL, (ROWS, WIDTH), **stats_args)
-    if not fused:
-        st._update_fused = lambda *a, **k: False
+    if not compiled:
+        st._update_compiled = lambda *a, **k: False
     for start in range(0, ROWS, chunk):
         rows = slice(start, start + chunk)
         st.update(actual[rows], expected[rows], row_offset=start,
@@ -55,20 +55,20 @@ def _record(fused: bool, actual, expected, stats_args: dict, update_args: dict, 
     return st.finalize()
 
 
-def _same(fused, eager, path="record"):
+def _same(compiled, eager, path="record"):
     if isinstance(eager, dict):
-        assert fused.keys() == eager.keys(), path
+        assert compiled.keys() == eager.keys(), path
         for k in eager:
-            _same(fused[k], eager[k], f"{path}.{k}")
+            _same(compiled[k], eager[k], f"{path}.{k}")
     elif isinstance(eager, list):
-        assert len(fused) == len(eager), path
-        for i, (f, e) in enumerate(zip(fused, eager)):
+        assert len(compiled) == len(eager), path
+        for i, (f, e) in enumerate(zip(compiled, eager)):
             _same(f, e, f"{path}[{i}]")
-    elif isinstance(eager, float) and not isinstance(fused, bool):
-        assert isinstance(fused, float), path
-        assert fused == eager or (math.isnan(fused) and math.isnan(eager)) or math.isclose(fused, eager, rel_tol=1e-9, abs_tol=1e-300), (path, fused, eager)
+    elif isinstance(eager, float) and not isinstance(compiled, bool):
+        assert isinstance(compiled, float), path
+        assert compiled == eager or (math.isnan(compiled) and math.isnan(eager)) or math.isclose(compiled, eager, rel_tol=1e-9, abs_tol=1e-300), (path, compiled, eager)
     else:
-        assert fused == eager, (path, fused, eager)
+        assert compiled == eager, (path, compiled, eager)
 
 
 def _without_tied_indices(record: dict) -> dict:
@@ -98,11 +98,11 @@ def test_the_compiled_pass_gives_the_eager_record(monkeypatch, kind, case):
     update_args = {k: extra[v] for k, v in names.items()}
     if case == "gated":
         update_args["direction"] = True
-    fused = _record(True, actual, reference, stats_args, update_args, chunk=100)
+    compiled = _record(True, actual, reference, stats_args, update_args, chunk=100)
     eager = _record(False, actual, reference, stats_args, update_args, chunk=100)
     if kind == "ties":
-        fused, eager = _without_tied_indices(fused), _without_tied_indices(eager)
-    _same(fused, eager)
+        compiled, eager = _without_tied_indices(compiled), _without_tied_indices(eager)
+    _same(compiled, eager)
     if kind == "nonfinite":
         assert eager["nonfinite_disagreements"] > 0
 
