@@ -130,204 +130,252 @@ def compare_case(operator: Operator, inputs: Mapping[str, torch.Tensor],
     """``outputs[backend]`` are validated backend outputs; ``schedules[backend]`` the schedule
     each backend declares (its faithful and tiled goldens, for diagnosis). Every backend is gated
     against the same reference with the same allowance (``accuracy.allowance``), and its
-    downstream outputs against its own upstream ones (the operator gate's ``OWN_SOURCE``); the verdict reads nothing else, so ``diagnose=False`` (no
-    faithful or tiled layers, and of the FP64 comparison only the dual verdict's metrics) gives the
-    same verdicts. ``row_rms``: the row outputs' reference rms when already known (see below).
+    downstream outputs against its own upstream ones (the operator gate's ``OWN_SOURCE``); the
+    verdict reads nothing else, so ``diagnose=False`` (no faithful or tiled layers, and of the FP64
+    comparison only the dual verdict's metrics) gives the same verdicts. ``row_rms``: the row
+    outputs' reference rms when already known (``CaseComparison``).
     Returns ``{"backends": {backend: {output: {golden: metrics}}},
     "goldens": {GoldenPair: {output: metrics}}, "ideal": {output: metrics of the reference vs FP64},
     "tile_drift": {tiled layer: {reduction: per-tile drift}} (``accuracy.tile_drift``),
-    "attribution": {backend: {output: {...}}}}``."""
-    OUTPUT_NAMES, ROW_OUTPUTS = operator.output_names, operator.row_outputs
-    OWN_OUTPUTS = tuple(operator.gate.OWN_SOURCE)    # recomputed from a kernel's own upstream outputs
-    tolerances = tolerances_for(operator) if tolerances is None else tolerances
-    sizes = operator.sizes(inputs)
-    m = sizes[operator.dims[0]]
-    shapes = operator.output_shapes(sizes)
-    layers = {"fp64": operator.schedules.FP64_GLOBAL}
-    pairs: list[GoldenPair] = []   # the goldens compared with each other
-    for sched in (schedules.values() if diagnose else ()):
-        names = golden_layers(operator, sched)
-        layers.setdefault(names["faithful"], operator.schedules.faithful_schedule(sched.plan))
-        layers.setdefault(names["tiled"], sched)
-        for pair in (GoldenPair(names["faithful"], "fp64"), GoldenPair(names["tiled"], names["faithful"])):
-            if pair not in pairs:
-                pairs.append(pair)
-    # the tiled layers' per-tile drift, recorded by the pass itself (the report's heatmap reads it)
-    drift = TileDriftRecorder({name: s for name, s in layers.items() if name.startswith("tiled:") and not s.is_global},
-                              {o: operator.output(o).kernel for o in operator.reduction_outputs}, m)
-    golden_pass = GoldenPass(operator, inputs, layers, chunk_rows=chunk_rows, terms=True, tile_observer=drift.observe)
-    terms = golden_pass.terms
+    "attribution": {backend: {output: {...}}}}``.
 
-    def goldens_of(b: str, o: str) -> list[str]:
-        names = list(golden_layers(operator, schedules[b], diagnose))
-        return names + [OWN] if o in OWN_OUTPUTS else names
+    The steps: the row outputs block by block as the golden pass streams them; where a row
+    output's count against its atol is not exact (more than ``metrics.EXCESS_CAP`` values held
+    at once), a second pass with the row outputs' rms known from the first; then the reductions
+    over M, complete after the pass; then the records."""
+    args = dict(tolerances=tolerances, chunk_rows=chunk_rows, diagnose=diagnose)
+    comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=row_rms, **args)
+    comparison.compare_rows()
+    if comparison.needs_second_pass():
+        known = comparison.row_rms()
+        del comparison          # not held through the second pass
+        comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=known, **args)
+        comparison.compare_rows()
+    comparison.compare_reductions()
+    return comparison.result()
 
-    # Every comparison of an output takes its magnitude-aware atol from the rms of the output's
-    # reference. db, dw: known after the golden pass, before their single update. Row outputs:
-    # summed as their rows stream past, while each comparison keeps the elements whose excess is
-    # above a lower bound of the atol: the atol of the rms the reference's rows so far give over
-    # all of the output's elements, which only grows towards the final one (at the first of
-    # 107 chunks of the article's case about a tenth of it; kept values it passes are dropped).
-    # The count against the atol is made once the rms is known, exact unless more than
-    # ``metrics.EXCESS_CAP`` values were held at once, and then the case is compared again with
-    # the rms known from the start (``row_rms``; a pass more, for a kernel that is far off). The
-    # diagnosis layers compare without an allowance: where a sum cancels, 22% of torch-eager's
-    # dx elements exceed rtol |FP64| (M=16384, seed profile); above the rising floor, at most
-    # 0.5% of the elements are held at once. The FP64 comparisons also keep msprobe's metrics
-    # (``accuracy.dual``); the reference's own (``ideal``) are the floor of the dual verdict's
-    # ratios.
-    rms: dict[str, float] = dict(row_rms or {})
-    row_sums = {o: [0.0, 0] for o in ROW_OUTPUTS}
-    ideal = {o: ErrorStats(tolerances[o], shapes[o], dual_only=True) for o in ROW_OUTPUTS}
-    per_backend: dict = {b: {} for b in outputs}
-    between: dict[GoldenPair, dict] = {pair: {} for pair in pairs}
 
-    def add_output(o: str) -> None:
+class CaseComparison:
+    """One case's comparison of every backend's outputs with the goldens of one golden pass.
+
+    Every comparison of an output takes its magnitude-aware atol from the rms of the output's
+    reference. db, dw: known after the golden pass, before their single update. Row outputs:
+    summed as their rows stream past, while each comparison keeps the elements whose excess is
+    above a lower bound of the atol: the atol of the rms the reference's rows so far give over
+    all of the output's elements, which only grows towards the final one (at the first of
+    107 chunks of the article's case about a tenth of it; kept values it passes are dropped).
+    The count against the atol is made once the rms is known, exact unless more than
+    ``metrics.EXCESS_CAP`` values were held at once, and then the case is compared again with
+    the rms known from the start (``row_rms``; a pass more, for a kernel that is far off). The
+    diagnosis layers compare without an allowance: where a sum cancels, 22% of torch-eager's
+    dx elements exceed rtol |FP64| (M=16384, seed profile); above the rising floor, at most
+    0.5% of the elements are held at once. The FP64 comparisons also keep msprobe's metrics
+    (``accuracy.dual``); the reference's own (``ideal``) are the floor of the dual verdict's
+    ratios."""
+
+    def __init__(self, operator: Operator, inputs: Mapping[str, torch.Tensor],
+                 outputs: Mapping[str, Mapping[str, torch.Tensor]], schedules: Mapping[str, TiledSchedule], *,
+                 tolerances: Mapping[str, Tolerance] | None = None, chunk_rows: int | None = None,
+                 diagnose: bool = True, row_rms: Mapping[str, float] | None = None):
+        self.operator, self.inputs, self.outputs, self.schedules = operator, inputs, outputs, schedules
+        self.diagnose, self.known_row_rms = diagnose, row_rms
+        # recomputed from a kernel's own upstream outputs
+        self.own_outputs = tuple(operator.gate.OWN_SOURCE)
+        self.tolerances = tolerances_for(operator) if tolerances is None else tolerances
+        self.sizes = operator.sizes(inputs)
+        self.m = self.sizes[operator.dims[0]]
+        self.shapes = operator.output_shapes(self.sizes)
+        layers = {"fp64": operator.schedules.FP64_GLOBAL}
+        self.pairs: list[GoldenPair] = []   # the goldens compared with each other
+        for sched in (schedules.values() if diagnose else ()):
+            names = golden_layers(operator, sched)
+            layers.setdefault(names["faithful"], operator.schedules.faithful_schedule(sched.plan))
+            layers.setdefault(names["tiled"], sched)
+            for pair in (GoldenPair(names["faithful"], "fp64"), GoldenPair(names["tiled"], names["faithful"])):
+                if pair not in self.pairs:
+                    self.pairs.append(pair)
+        # the tiled layers' per-tile drift, recorded by the pass itself (the report's heatmap reads it)
+        self.drift = TileDriftRecorder({name: s for name, s in layers.items()
+                                        if name.startswith("tiled:") and not s.is_global},
+                                       {o: operator.output(o).kernel for o in operator.reduction_outputs}, self.m)
+        self.golden_pass = GoldenPass(operator, inputs, layers, chunk_rows=chunk_rows, terms=True,
+                                      tile_observer=self.drift.observe)
+        self.terms = self.golden_pass.terms
+        self.rms: dict[str, float] = dict(row_rms or {})
+        self.row_sums = {o: [0.0, 0] for o in operator.row_outputs}
+        self.ideal = {o: ErrorStats(self.tolerances[o], self.shapes[o], dual_only=True) for o in operator.row_outputs}
+        self.per_backend: dict = {b: {} for b in outputs}
+        self.between: dict[GoldenPair, dict] = {pair: {} for pair in self.pairs}
+        for o in operator.row_outputs:
+            self._add_output(o)
+        self.own_sums = {b: _OwnSums() for b in outputs}
+        self.weights = {name: inputs[name].float() for name in operator.input_names
+                        if name not in operator.row_inputs}
+        self.shared_rows: set = set()   # (backend, output) whose tiled rows are the faithful rows
+
+    def _goldens_of(self, b: str, o: str) -> list[str]:
+        names = list(golden_layers(self.operator, self.schedules[b], self.diagnose))
+        return names + [OWN] if o in self.own_outputs else names
+
+    def _add_output(self, o: str) -> None:
         """The comparisons of output ``o``, with its reference rms where it is known."""
-        for b in outputs:
+        tol, shape, rms = self.tolerances[o], self.shapes[o], self.rms.get(o)
+        for b in self.outputs:
             # without diagnosis the FP64 comparison serves the dual verdict alone: its metrics only
-            per_backend[b][o] = {g: ErrorStats(tolerances[o], shapes[o], dual=g == "fp64",
-                                               dual_only=g == "fp64" and not diagnose, scale_rms=rms.get(o))
-                                 for g in goldens_of(b, o)}
-        for per_output in between.values():
-            per_output[o] = ErrorStats(tolerances[o], shapes[o], scale_rms=rms.get(o))
+            self.per_backend[b][o] = {g: ErrorStats(tol, shape, dual=g == "fp64",
+                                                    dual_only=g == "fp64" and not self.diagnose, scale_rms=rms)
+                                      for g in self._goldens_of(b, o)}
+        for per_output in self.between.values():
+            per_output[o] = ErrorStats(tol, shape, scale_rms=rms)
 
-    def row_stats(o: str) -> list[ErrorStats]:
-        return [*(st for stats in per_backend.values() for st in stats[o].values()),
-                *(per_output[o] for per_output in between.values())]
+    def _row_stats(self, o: str) -> list[ErrorStats]:
+        return [*(st for stats in self.per_backend.values() for st in stats[o].values()),
+                *(per_output[o] for per_output in self.between.values())]
 
-    for o in ROW_OUTPUTS:
-        add_output(o)
-    own_sums = {b: _OwnSums() for b in outputs}
-    gate = operator.gate
-    weights = {name: inputs[name].float() for name in operator.input_names if name not in operator.row_inputs}
+    def compare_rows(self) -> None:
+        """The row outputs, block by block as the golden pass streams them (the reductions'
+        goldens are complete after it)."""
+        numel = {o: math.prod(self.shapes[o]) for o in self.operator.row_outputs}
+        for block in self.golden_pass.blocks():
+            self._compare_block(block, numel)
 
-    shared_rows: set = set()   # (backend, output) whose tiled rows are the faithful rows
-    numel = {o: math.prod(shapes[o]) for o in ROW_OUTPUTS}
-    for block in golden_pass.blocks():
+    def _compare_block(self, block, numel: Mapping[str, int]) -> None:
+        op, gate, sizes, diagnose = self.operator, self.operator.gate, self.sizes, self.diagnose
         models: dict[str, allowance.Allowance] = {}
-        references = {o: round_to(block.rows["fp64"][o], torch.bfloat16) for o in ROW_OUTPUTS}
-        if row_rms is None:
-            for o in ROW_OUTPUTS:
+        references = {o: round_to(block.rows["fp64"][o], torch.bfloat16) for o in op.row_outputs}
+        if self.known_row_rms is None:
+            for o in op.row_outputs:
                 sq, count = _sum_squares(references[o])
-                row_sums[o][0] += sq
-                row_sums[o][1] += count
+                self.row_sums[o][0] += sq
+                self.row_sums[o][1] += count
                 # at most the final atol: the sum only grows and the final rms divides by the
                 # finite count, at most ``numel``
-                floor = tolerances[o].effective_atol(_rms(row_sums[o][0], numel[o]))
-                for st in row_stats(o):
+                floor = self.tolerances[o].effective_atol(_rms(self.row_sums[o][0], numel[o]))
+                for st in self._row_stats(o):
                     st.raise_excess_floor(floor)
 
         def model_of(o: str) -> allowance.Allowance:
             if o not in models:
-                models[o] = gate.row_allowance(o, block.rows["fp64"][o], block.terms, terms, sizes)
+                models[o] = gate.row_allowance(o, block.rows["fp64"][o], block.terms, self.terms, sizes)
             return models[o]
 
-        raw = {name: inputs[name][block.start:block.stop] for name in operator.row_inputs}
-        for b, kernel_out in outputs.items():
-            kernel_rows = {o: kernel_out[o][block.start:block.stop] for o in ROW_OUTPUTS}
-            own = gate.own(raw, weights, kernel_rows)
-            own_sums[b].add(own.operands)
+        raw = {name: self.inputs[name][block.start:block.stop] for name in op.row_inputs}
+        for b, kernel_out in self.outputs.items():
+            kernel_rows = {o: kernel_out[o][block.start:block.stop] for o in op.row_outputs}
+            own = gate.own(raw, self.weights, kernel_rows)
+            self.own_sums[b].add(own.operands)
             for o, recomputed in own.rows.items():
-                per_backend[b][o][OWN].update(kernel_rows[o], recomputed, row_offset=block.start,
-                                              allowance=model_of(o).vs_own)
-        for o in ROW_OUTPUTS:
+                self.per_backend[b][o][OWN].update(kernel_rows[o], recomputed, row_offset=block.start,
+                                                   allowance=model_of(o).vs_own)
+        for o in op.row_outputs:
             exact = block.rows["fp64"][o]
             reference = references.pop(o)
-            ideal[o].update(reference, exact, row_offset=block.start)
+            self.ideal[o].update(reference, exact, row_offset=block.start)
             model = model_of(o)
             rounded = o + ROUNDED_TERMS
-            for b, kernel_out in outputs.items():
+            for b, kernel_out in self.outputs.items():
                 actual = kernel_out[o][block.start:block.stop]
-                _update_gated(per_backend[b][o][REFERENCE], actual, exact, reference, model, block.start)
-                bound = gate.bound(o, exact, block.terms.abs, schedules[b], sizes) if diagnose else None
+                _update_gated(self.per_backend[b][o][REFERENCE], actual, exact, reference, model, block.start)
+                bound = gate.bound(o, exact, block.terms.abs, self.schedules[b], sizes) if diagnose else None
                 # the diagnosis layers: one rounding of a stored term may flip (the operator's
                 # allowance against its own upstream outputs), nothing over M
                 noise = model.vs_own
-                names = golden_layers(operator, schedules[b], diagnose)
+                names = golden_layers(op, self.schedules[b], diagnose)
                 for g in names:
                     if g == REFERENCE:
                         continue
-                    st = per_backend[b][o][g]
+                    st = self.per_backend[b][o][g]
                     golden = block.rows[names[g]]
                     if g == "tiled" and golden is block.rows[names["faithful"]]:
-                        continue   # same dtype path, same rows: the faithful stats serve (copied below)
+                        continue   # same dtype path, same rows: the faithful stats serve (copied in ``result``)
                     st.update(actual, golden[o], bound if g == "fp64" else None, row_offset=block.start,
                               rounded_terms=golden.get(rounded),
                               allowance=noise if g != "fp64" else None)
                     if g == "faithful":
-                        shared_rows.add((b, o))
-            for pair in pairs:
+                        self.shared_rows.add((b, o))
+            for pair in self.pairs:
                 a, b = block.rows[pair.layer], block.rows[pair.reference]
                 if a is b:
                     continue   # identical rows: nothing to compare, the stats record zero error
-                between[pair][o].update(a[o], b[o], row_offset=block.start, rounded_terms=b.get(rounded))
+                self.between[pair][o].update(a[o], b[o], row_offset=block.start, rounded_terms=b.get(rounded))
             models.pop(o)
 
-    if row_rms is None:
-        for o in ROW_OUTPUTS:
-            rms[o] = _rms(*row_sums[o])
-            for st in row_stats(o):
-                st.settle_atol(rms[o])
-        if any(st.overflowed for o in ROW_OUTPUTS for st in row_stats(o)):
-            known = {o: rms[o] for o in ROW_OUTPUTS}
-            del golden_pass, terms, per_backend, between, own_sums, ideal, drift   # not held through the rerun
-            return compare_case(operator, inputs, outputs, schedules, tolerances=tolerances, chunk_rows=chunk_rows,
-                                diagnose=diagnose, row_rms=known)
+    def needs_second_pass(self) -> bool:
+        """Settle the row outputs' atols on their final rms (a first pass, rms not known before);
+        True where a count against an atol is not exact, so the rows must be compared again with
+        the rms known from the start."""
+        if self.known_row_rms is not None:
+            return False
+        for o in self.operator.row_outputs:
+            self.rms[o] = _rms(*self.row_sums[o])
+            for st in self._row_stats(o):
+                st.settle_atol(self.rms[o])
+        return any(st.overflowed for o in self.operator.row_outputs for st in self._row_stats(o))
 
-    red = golden_pass.reductions
-    for o in OUTPUT_NAMES:
-        if o in ROW_OUTPUTS:
-            continue
-        exact_whole = red["fp64"][o]
-        rms[o] = _rms(*_sum_squares(round_to(exact_whole, torch.bfloat16)))
-        add_output(o)
-        ideal[o] = ErrorStats(tolerances[o], shapes[o], dual_only=True)
-        for rows in row_slices(exact_whole.shape, REDUCTION_SLICE_ELEMENTS):
-            exact = exact_whole[rows]
-            reference = round_to(exact, torch.bfloat16)
-            model = allowance.reduction(terms, o, operator.output(o).kind, m, rows)
-            ideal[o].update(reference, exact, row_offset=rows.start)
-            for b, kernel_out in outputs.items():
-                actual = kernel_out[o][rows]
-                _update_gated(per_backend[b][o][REFERENCE], actual, exact, reference, model, rows.start)
-                if o in OWN_OUTPUTS:
-                    per_backend[b][o][OWN].update(actual, own_sums[b].sums[o][rows], row_offset=rows.start,
-                                                  allowance=model.vs_own)
-                bound = gate.bound(o, exact, terms.part("abs", o, rows), schedules[b], sizes) if diagnose else None
-                names = golden_layers(operator, schedules[b], diagnose)
-                for g in names:
-                    if g == REFERENCE:
-                        continue
-                    if g == "tiled":
-                        noise = allowance.tile_chain(terms, o, model.vs_own,
-                                                     *_tiles_and_accumulator(operator, o, schedules[b], m), rows=rows)
-                    else:
-                        noise = model.vs_own
-                    per_backend[b][o][g].update(actual, red[names[g]][o][rows], bound if g == "fp64" else None,
-                                                row_offset=rows.start, allowance=noise if g != "fp64" else None)
-            for pair in pairs:
-                between[pair][o].update(red[pair.layer][o][rows], red[pair.reference][o][rows],
-                                        row_offset=rows.start)
+    def row_rms(self) -> dict[str, float]:
+        return {o: self.rms[o] for o in self.operator.row_outputs}
 
-    # the fitted scale's rounding bias: the largest of the legitimate paths' on this data, never
-    # below the measured bias of exact-product stores (allowance.SCALE_BIAS)
-    scale_bias = {o: max(allowance.SCALE_BIAS, terms.scale_bias(o, red["fp64"].get(o))) for o in OUTPUT_NAMES}
-    local_bias = {o: terms.local_bias(o, red["fp64"].get(o)) for o in OUTPUT_NAMES}
-    for stats in per_backend.values():
-        for o in OUTPUT_NAMES:
-            stats[o][REFERENCE].scale_bias = scale_bias[o]
-            stats[o][REFERENCE].local_bias = local_bias[o]
-    backends = {b: {o: {g: st.finalize() for g, st in stats[o].items()} for o in OUTPUT_NAMES}
-                for b, stats in per_backend.items()}
-    for b, o in shared_rows:
-        if per_backend[b][o]["tiled"].n == 0:
-            backends[b][o]["tiled"] = dict(backends[b][o]["faithful"])
-    goldens = {pair: {o: per_o[o].finalize() for o in OUTPUT_NAMES} for pair, per_o in between.items()}
-    return {"backends": backends, "goldens": goldens, "ideal": {o: ideal[o].finalize() for o in OUTPUT_NAMES},
-            "tile_drift": drift.result(),
-            "attribution": ({b: attribution(backends[b], goldens, golden_layers(operator, schedules[b])) for b in backends}
-                            if diagnose else {})}
+    def compare_reductions(self) -> None:
+        """The reductions over M, against the goldens the pass completed, in row slices."""
+        op, gate, sizes, diagnose, m = self.operator, self.operator.gate, self.sizes, self.diagnose, self.m
+        red, terms = self.golden_pass.reductions, self.terms
+        for o in op.reduction_outputs:
+            exact_whole = red["fp64"][o]
+            self.rms[o] = _rms(*_sum_squares(round_to(exact_whole, torch.bfloat16)))
+            self._add_output(o)
+            self.ideal[o] = ErrorStats(self.tolerances[o], self.shapes[o], dual_only=True)
+            for rows in row_slices(exact_whole.shape, REDUCTION_SLICE_ELEMENTS):
+                exact = exact_whole[rows]
+                reference = round_to(exact, torch.bfloat16)
+                model = allowance.reduction(terms, o, op.output(o).kind, m, rows)
+                self.ideal[o].update(reference, exact, row_offset=rows.start)
+                for b, kernel_out in self.outputs.items():
+                    actual = kernel_out[o][rows]
+                    _update_gated(self.per_backend[b][o][REFERENCE], actual, exact, reference, model, rows.start)
+                    if o in self.own_outputs:
+                        self.per_backend[b][o][OWN].update(actual, self.own_sums[b].sums[o][rows],
+                                                           row_offset=rows.start, allowance=model.vs_own)
+                    bound = (gate.bound(o, exact, terms.part("abs", o, rows), self.schedules[b], sizes)
+                             if diagnose else None)
+                    names = golden_layers(op, self.schedules[b], diagnose)
+                    for g in names:
+                        if g == REFERENCE:
+                            continue
+                        if g == "tiled":
+                            noise = allowance.tile_chain(terms, o, model.vs_own,
+                                                         *_tiles_and_accumulator(op, o, self.schedules[b], m),
+                                                         rows=rows)
+                        else:
+                            noise = model.vs_own
+                        self.per_backend[b][o][g].update(actual, red[names[g]][o][rows],
+                                                         bound if g == "fp64" else None, row_offset=rows.start,
+                                                         allowance=noise if g != "fp64" else None)
+                for pair in self.pairs:
+                    self.between[pair][o].update(red[pair.layer][o][rows], red[pair.reference][o][rows],
+                                                 row_offset=rows.start)
+
+    def result(self) -> dict:
+        """Every comparison's metrics (``compare_case``'s return value)."""
+        names = self.operator.output_names
+        red, terms = self.golden_pass.reductions, self.terms
+        # the fitted scale's rounding bias: the largest of the legitimate paths' on this data, never
+        # below the measured bias of exact-product stores (allowance.SCALE_BIAS)
+        scale_bias = {o: max(allowance.SCALE_BIAS, terms.scale_bias(o, red["fp64"].get(o))) for o in names}
+        local_bias = {o: terms.local_bias(o, red["fp64"].get(o)) for o in names}
+        for stats in self.per_backend.values():
+            for o in names:
+                stats[o][REFERENCE].scale_bias = scale_bias[o]
+                stats[o][REFERENCE].local_bias = local_bias[o]
+        backends = {b: {o: {g: st.finalize() for g, st in stats[o].items()} for o in names}
+                    for b, stats in self.per_backend.items()}
+        for b, o in self.shared_rows:
+            if self.per_backend[b][o]["tiled"].n == 0:
+                backends[b][o]["tiled"] = dict(backends[b][o]["faithful"])
+        goldens = {pair: {o: per_o[o].finalize() for o in names} for pair, per_o in self.between.items()}
+        return {"backends": backends, "goldens": goldens, "ideal": {o: self.ideal[o].finalize() for o in names},
+                "tile_drift": self.drift.result(),
+                "attribution": ({b: attribution(backends[b], goldens, golden_layers(self.operator, self.schedules[b]))
+                                 for b in backends} if self.diagnose else {})}
 
 
 def attribution(backend_metrics: Mapping, golden_metrics: Mapping, layers: Mapping[str, str]) -> dict:

@@ -128,18 +128,20 @@ def test_row_mismatch_counts_stay_exact_when_the_kept_excess_overflows(monkeypat
     import accuracy.metrics
     inputs, outputs = runs
     chosen = [BACKENDS[0], OTHERS[2]]          # plain, tail_dropped
-    calls = []
-    compare = accuracy.compare.compare_case
+    calls = []                                 # the row rms each pass of the rows was given
+    comparison = accuracy.compare.CaseComparison
 
-    def counted(*args, **kwargs):
-        calls.append(kwargs.get("row_rms"))
-        return compare(*args, **kwargs)
-    monkeypatch.setattr(accuracy.compare, "compare_case", counted)
+    class Counted(comparison):
+        def __init__(self, *args, **kwargs):
+            calls.append(kwargs.get("row_rms"))
+            super().__init__(*args, **kwargs)
+    monkeypatch.setattr(accuracy.compare, "CaseComparison", Counted)
 
     def records():
         calls.clear()
-        result = counted(SWIGLU, inputs, {b.name: outputs[b.name] for b in chosen},
-                         {b.name: declared_schedule(SWIGLU, b) for b in chosen}, diagnose=diagnose)
+        result = accuracy.compare.compare_case(SWIGLU, inputs, {b.name: outputs[b.name] for b in chosen},
+                                               {b.name: declared_schedule(SWIGLU, b) for b in chosen},
+                                               diagnose=diagnose)
         return json.dumps([result["backends"], {str(p): v for p, v in result["goldens"].items()},
                            result["ideal"]], sort_keys=True)
 
