@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
         if directory is None:
             parser.error(f"operator {name!r} declares no folder of known failures (Operator.expectations)")
     registered = tuple(operator.backends)
+    case_operators = (manifest.get("selection") or {}).get("case_operators")
+    if case_operators:      # a run of several operators: this operator's cases alone
+        records = [r for r in records if case_operators.get(str(r.get("case"))) == operators.key(operator)]
     print(f"platform facts of the run: {manifest.get('facts')}")
     refused, writes = [], {}
     for path in sorted(directory.glob("*.toml")):

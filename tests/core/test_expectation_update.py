@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cases import expectation_update as U
 from cases import expectations as E
 
@@ -126,3 +128,22 @@ def test_written_bounds_are_rounded_up():
     assert U._number(0.000520833) == "0.0005209"
     assert float(U._number(0.1234567)) >= 0.1234567
     assert U._number(float(U._number(0.000520833))) == "0.0005209"
+
+
+def test_a_run_of_several_operators_updates_one_operators_entries_from_its_cases(tmp_path, capsys):
+    """In a run of two operators, another operator's records whose names match an entry (RMSNorm's
+    dx beside SwiGLU's) never move the entry: the manifest maps each case to its operator."""
+    d, run = _setup(tmp_path, [_record("M8-x", "dw_g", 50, err=0.2), _record("M8-x", "dw_fc", 0),
+                               _record("M7-x", "db_g", 0), _record("M8-y", "dw_g", 900)])
+    path = run / "results.json"
+    data = json.loads(path.read_text())
+    data["manifest"]["selection"] = {
+        "operator": ["swiglu_backward", "rmsnorm_backward"],
+        "case_operators": {r["case"]: "rmsnorm_backward" if r["case"].startswith("M8-y") else "swiglu_backward"
+                           for r in data["records"]}}
+    path.write_text(json.dumps(data))
+    with pytest.raises(SystemExit) as exc:          # several operators: one must be named
+        U.main([str(run), "--dry-run"], directory=d)
+    assert exc.value.code == 2 and "name one with --operator" in capsys.readouterr().err
+    assert U.main([str(run), "--operator", "swiglu_backward"], directory=d) == 0   # the 900-mismatch case is RMSNorm's
+    assert "bound.dw_g = { mismatch_share = 0.05, nonfinite_share = 0, err_rms = 0.2 }" in (d / "a.toml").read_text()
