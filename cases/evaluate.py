@@ -37,9 +37,11 @@ def declared_schedule(operator: Operator, backend: Backend) -> TiledSchedule:
     if sched is None:
         return operator.schedules.default_schedule()
     if not isinstance(sched, expected_type):
-        raise ScheduleError(f"backend {backend.name!r}: fn.schedule is {type(sched).__name__} ({sched!r:.80}), "
-                            f"expected a {expected_type.__module__}.{expected_type.__name__} "
-                            f"(or no attribute: the article's)")
+        name = getattr(sched, "name", None)
+        what = f"{type(sched).__name__} {name!r}" if isinstance(name, str) else f"{type(sched).__name__} ({sched!r:.80})"
+        raise ScheduleError(f"backend {backend.name!r}: fn.schedule is {what}, not a schedule of operator "
+                            f"{operator.name!r} (a {expected_type.__module__}.{expected_type.__name__}; a kernel of "
+                            f"another operator?), or no attribute: the operator's default schedule")
     return sched
 
 

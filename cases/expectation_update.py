@@ -176,8 +176,12 @@ def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
         parser.error(f"{args.results} is a run of several operators ({', '.join(name)}): name one with --operator")
     try:
         operator = operators.get(name)
+        in_run = [operators.key(operators.get(n)) for n in ([selected] if isinstance(selected, str) else selected)]
     except operators.OperatorNotFound as exc:
         parser.error(str(exc))
+    if operators.key(operator) not in in_run:
+        parser.error(f"{args.results} is a run of {', '.join(in_run)}, not of {name!r}: its records cannot bound "
+                     f"that operator's known failures")
     if directory is None:
         directory = operator.expectations
         if directory is None:

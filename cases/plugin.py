@@ -116,6 +116,9 @@ def _check_range(option: str, value, low, high) -> None:
 
 def pytest_configure(config):
     run_operators(config)
+    if os.environ.get("ACCURACY_OPERATOR") and not hasattr(config, "workerinput"):
+        config.issue_config_time_warning(pytest.PytestConfigWarning(
+            "$ACCURACY_OPERATOR is no longer read: name the operators with --operator (repeatable)"), stacklevel=2)
     _check_range("--seeds", config.getoption("--seeds", default=1), 1, MAX_SEEDS)
     _check_range("--repeats", config.getoption("--repeats", default=1), 1, MAX_REPEATS)
     timeout = config.getoption("--cell-timeout", default=1800.0)
@@ -310,6 +313,9 @@ def _addressed_to(config, operator, option: str) -> tuple[str, ...]:
         if sep and prefix in names:
             if prefix in (operator.name, operators.key(operator)):
                 mine.append(rest)
+        elif sep and option == "--case":
+            raise pytest.UsageError(f"--case {text!r}: {prefix!r} is not an operator of this run "
+                                    f"({', '.join(sorted(names))})")
         else:
             mine.append(text)
     return tuple(mine)

@@ -90,7 +90,7 @@ def validate_outputs(operator: Operator, backend: str, outputs: object,
     missing = [n for n in operator.output_names if n not in outputs]
     if missing:
         raise ContractError(f"backend {backend!r} did not return {missing} "
-                            f"(returned {sorted(repr(k) for k in outputs)})")
+                            f"(returned [{', '.join(sorted(repr(k) for k in outputs))}])")
     device = inputs[operator.input_names[0]].device
     checked = {}
     for name, shape in operator.output_shapes(operator.sizes(inputs)).items():

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 
@@ -99,6 +100,12 @@ class Operator:
     study_shape: tuple = ()
 
     def __post_init__(self):
+        # read-only copies: a backend in the framework's process cannot change the scale profiles,
+        # the backends or the dimensions every later case reads (``kernels.sealed_state`` checks the registry)
+        for name in ("scales", "backends", "sizes_from"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
         names = [t.name for t in (*self.inputs, *self.outputs)]
         if len(set(names)) != len(names):
             raise ValueError(f"operator {self.name!r}: tensor names repeat: {names}")

@@ -22,6 +22,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 
 import torch
 
@@ -97,6 +98,7 @@ class GlobalState:
     pending_alarm: float = 0.0         # seconds left on an ITIMER_REAL a backend set (signal.alarm)
     stdout: object = None              # sys.stdout / sys.stderr objects: a backend replacing them hides
     stderr: object = None              # every later message of the run
+    operators: tuple = ()              # the operator registry's declarations (``_operator_registry``)
 
 
 def capture() -> GlobalState:
@@ -122,7 +124,43 @@ def capture() -> GlobalState:
         pending_alarm=_pending_alarm(),
         stdout=sys.stdout,
         stderr=sys.stderr,
+        operators=_operator_registry(),
     )
+
+
+def _operator_registry() -> tuple:
+    """The declarations the registry (``operators._loaded``) holds, by name, with the contents of
+    their mappings: a backend in this process that put another declaration there, or new scale
+    profiles (inputs of zeros, say), would change every later case of the process. Read from
+    ``sys.modules``: this layer imports no operator."""
+    registry = sys.modules.get("operators")
+    loaded = getattr(registry, "_loaded", None)
+    if not isinstance(loaded, dict):
+        return ()
+    return tuple((name, op, tuple((f, tuple(getattr(op, f).items())) for f in OPERATOR_MAPPINGS
+                                  if hasattr(getattr(op, f, None), "items")))
+                 for name, op in loaded.items())
+
+
+# an operator declaration's mappings (read-only views, but a view's dict could be reached otherwise)
+OPERATOR_MAPPINGS = ("scales", "backends", "sizes_from")
+
+
+def _restore_operator_registry(state: tuple) -> None:
+    registry = sys.modules.get("operators")
+    loaded = getattr(registry, "_loaded", None)
+    if not isinstance(loaded, dict):
+        return
+    loaded.clear()
+    loaded.update({name: op for name, op, _ in state})
+    for _, op, mappings in state:
+        for field_name, items in mappings:
+            if dict(getattr(op, field_name).items()) != dict(items):
+                object.__setattr__(op, field_name, _read_only(dict(items)))
+
+
+def _read_only(mapping: dict) -> MappingProxyType:
+    return MappingProxyType(mapping)
 
 
 def restore(state: GlobalState) -> list[str]:
@@ -140,6 +178,8 @@ def restore(state: GlobalState) -> list[str]:
         if _pending_alarm() and not state.pending_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
     sys.stdout, sys.stderr = state.stdout, state.stderr
+    if _operator_registry() != state.operators:
+        _restore_operator_registry(state.operators)
     torch.set_grad_enabled(state.grad_enabled)
     torch.set_default_dtype(state.default_dtype)
     torch.use_deterministic_algorithms(state.deterministic_algorithms, warn_only=state.deterministic_warn_only)
@@ -185,6 +225,12 @@ def changes(before: GlobalState, after: GlobalState) -> list[str]:
         elif f.name == "error_filters":
             if a != b:
                 out.append(f"warnings filters that raise changed ({len(a)} -> {len(b)})")
+        elif f.name == "operators":
+            if a != b:
+                names = sorted({n for n, *_ in a} ^ {n for n, *_ in b}
+                               | {n for (n, op, m), (n2, op2, m2) in zip(a, b) if op is not op2 or m != m2})
+                out.append(f"the operator registry's declarations changed ({', '.join(names) or 'their order'}: "
+                           f"another declaration or changed scale profiles, backends or sizes)")
         elif f.name == "signal_handlers":
             changed = [signal.Signals(s).name for s, x, y in zip(SIGNALS, a, b) if x is not y]
             if changed:
@@ -199,7 +245,7 @@ def changes(before: GlobalState, after: GlobalState) -> list[str]:
 # replaces the framework's gate would judge itself. Torch's namespaces the golden math calls, and the
 # framework's own modules (not the backends' modules: those may cache compiled kernels in globals).
 TORCH_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.linalg", "torch.special", "numpy")
-FRAMEWORK_PACKAGES = ("contract", "accuracy", "goldens", "operators", "cases")
+FRAMEWORK_PACKAGES = ("contract", "goldens", "runs", "accuracy", "operators", "cases")
 # Replaced by torch itself on torch.compile's first call (dynamo wraps it; measured with every
 # registered backend: the only such attribute), and no golden draws from global RNG
 TORCH_REPLACES_ITSELF = {("torch", "manual_seed")}

@@ -145,5 +145,8 @@ def test_a_run_of_several_operators_updates_one_operators_entries_from_its_cases
     with pytest.raises(SystemExit) as exc:          # several operators: one must be named
         U.main([str(run), "--dry-run"], directory=d)
     assert exc.value.code == 2 and "name one with --operator" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:          # an operator the run did not validate
+        U.main([str(run), "--operator", "tests.operators.toy", "--dry-run"], directory=d)
+    assert exc.value.code == 2 and "is a run of swiglu_backward, rmsnorm_backward, not of" in capsys.readouterr().err
     assert U.main([str(run), "--operator", "swiglu_backward"], directory=d) == 0   # the 900-mismatch case is RMSNorm's
     assert "bound.dw_g = { mismatch_share = 0.05, nonfinite_share = 0, err_rms = 0.2 }" in (d / "a.toml").read_text()

@@ -32,6 +32,7 @@ def _pytest(*args, env=None, cwd=ROOT):
     ([*ONE, "--backend", ":"], None, "expected 'package.module:callable'"),
     ([*ONE, "--operator", "./operators/swiglu_backward"], None, "not a file path"),
     ([*ONE, "--operator", "nosuchop"], None, "--operator: operator 'nosuchop'"),
+    ([*ONE, "--case", "rmsnorm_backward:1025,256,unit"], None, "'rmsnorm_backward' is not an operator of this run"),
     ([*ONE, "--operator", "swiglu_backward", "--operator", "tests.operators.toy", "--case", "2049,8,unit"], None,
      "--operator swiglu_backward: --case '2049,8,unit'"),
 ])

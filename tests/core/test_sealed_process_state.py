@@ -117,3 +117,35 @@ def test_no_environment_variable_chooses_the_operator(monkeypatch):
     for name in ("hostile:env", "torch-eager"):
         assert list(outcome.verdicts[name]) == list(SWIGLU.output_names)
         assert all(v.passed for v in outcome.verdicts[name].values()), name
+
+
+def _zeros(gen, m, k, n):
+    return {name: torch.zeros(shape) for name, shape in SWIGLU.input_shapes({"M": m, "K": k, "N": n}).items()}
+
+
+def _swap_the_declaration():
+    """A copy of the SwiGLU declaration whose every scale profile draws zeros, put in the registry:
+    every later case of this process would check nothing (found by an adversarial review with
+    --no-isolation)."""
+    import dataclasses
+
+    import operators
+    operators._loaded["swiglu_backward"] = dataclasses.replace(SWIGLU, scales={s: _zeros for s in SWIGLU.scales})
+
+
+def test_a_declaration_cannot_be_changed_and_a_swapped_one_is_put_back():
+    import operators
+    from cases.evaluate import evaluate_case
+    from kernels.registry import resolve
+    operators.get("swiglu_backward")
+    # the declaration's mappings are read-only: an attempt fails the backend's own cell
+    def set_a_profile():
+        SWIGLU.scales["unit"] = _zeros
+    run = run_backend(SWIGLU, Backend("hostile:scales", _then(set_a_profile)), INPUTS)
+    assert run.error is not None and "does not support item assignment" in run.error, run.error
+    # a declaration swapped in the registry: the cell fails naming it, the registry is put back
+    run = run_backend(SWIGLU, Backend("hostile:registry", _then(_swap_the_declaration)), INPUTS)
+    assert run.error is not None and "operator registry's declarations changed (swiglu_backward" in run.error
+    assert operators.get("swiglu_backward") is SWIGLU
+    outcome = evaluate_case(CaseSpec(1024, 96, 200, "unit", 0), [resolve(SWIGLU, "torch-eager")], benchmark=None)
+    assert outcome.checks_nothing is None and all(v.passed for v in outcome.verdicts["torch-eager"].values())
