@@ -517,7 +517,8 @@ def pytest_sessionfinish(session, exitstatus):
     point_latest(results_root(config), folder.name)
     prune_finished(results_root(config))
     config.stash[MERGED] = (folder / "results.json", merged["missing"], merged["unreadable_shards"])
-    config.stash[SUMMARY] = summary_lines(merged["records"])
+    config.stash[SUMMARY] = summary_lines(merged["records"],
+                                          (run_manifest(config).get("selection") or {}).get("case_operators"))
     if merged["missing"] or merged["unreadable_shards"]:
         session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))
     report_dir = config.getoption("--report-dir")

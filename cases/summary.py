@@ -73,9 +73,18 @@ def slowest_line(records: Iterable[Mapping]) -> str | None:
     return f"slowest backend call: {best[2]} at {best[1]}, {best[0]:.1f} s"
 
 
-def summary_lines(records: list[Mapping]) -> list[str]:
-    lines = backend_lines(records)
-    for line in (vacuity_line(records), slowest_line(records)):
-        if line:
-            lines.append(line)
+def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | None = None) -> list[str]:
+    """``case_operators``: case id -> operator (a run of several, ``selection.case_operators``):
+    then one block of lines per operator, headed by its name."""
+    if not case_operators:
+        lines = backend_lines(records)
+        for line in (vacuity_line(records), slowest_line(records)):
+            if line:
+                lines.append(line)
+        return lines
+    lines = []
+    for operator in dict.fromkeys(case_operators.values()):
+        mine = [r for r in records if case_operators.get(str(r.get("case"))) == operator]
+        lines.append(f"[{operator}]")
+        lines += [f"  {line}" for line in summary_lines(mine)]
     return lines

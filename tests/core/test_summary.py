@@ -37,3 +37,12 @@ def test_vacuity_and_slowest_lines():
                                             "dg at 1/2 cases")
     assert slowest_line(RECORDS) == "slowest backend call: torch-eager at A, 7.5 s"
     assert len(summary_lines(RECORDS)) == 4
+
+
+def test_a_run_of_several_operators_gets_a_block_per_operator():
+    lines = summary_lines(RECORDS, {"A": "swiglu_backward", "B": "rmsnorm_backward", "C": "swiglu_backward"})
+    assert lines[0] == "[swiglu_backward]" and "[rmsnorm_backward]" in lines
+    rms = lines[lines.index("[rmsnorm_backward]") + 1:]
+    assert rms[0] == "  k: 1 known failures (of 1 cells)", rms          # case B alone
+    swiglu = lines[1:lines.index("[rmsnorm_backward]")]
+    assert "  k: 1 failed, 1 crashed (of 2 cells)" in swiglu, swiglu
