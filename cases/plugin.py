@@ -24,7 +24,7 @@ from runs.allocator import keep_freed_memory
 from accuracy.dual import DEFAULT_BENCHMARK
 from runs.manifest import build as build_manifest
 from runs.output_paths import OutputPathError, output_folder, probe_writable
-from runs.results import ResultsNotFound, load_results, merge, point_latest, prune_finished, run_dir
+from runs.results import ResultsNotFound, load_records, load_results, merge, point_latest, prune_finished, run_dir
 from cases.devices import describe as describe_devices
 from cases.devices import worker_device
 from cases.evaluate import ScheduleError, declared_schedule
@@ -32,7 +32,7 @@ from cases.matrix import LARGE_M, CaseSyntaxError, acceptance_case
 from cases.matrix import planned_cases as plan
 from cases.shards import assignment
 from cases.spec import InputsFileError
-from cases.summary import summary_lines
+from cases.summary import cell_verdicts, summary_lines
 from kernels.registry import BackendNotFound, resolve
 
 
@@ -66,6 +66,10 @@ def pytest_addoption(parser):
                     help="write the HTML report (index.html + PNG plots) of this session's results here")
     group.addoption("--baseline", default=None, metavar="DIR",
                     help="a previous --results-dir: the report lists new/fixed failures and worse metrics")
+    group.addoption("--failed-only", default=None, metavar="RESULTS",
+                    help="run only the cells (case, backend) that did not pass in that run (failed, errored, "
+                         "crashed, timed out, or a known failure that passed): a results directory, run folder "
+                         "or results file; the other options plan the matrix as usual")
     group.addoption("--device", default="cpu", help="device the inputs, backends and goldens run on (cpu, cuda)")
     group.addoption("--cell-timeout", type=float, default=1800.0, metavar="SECONDS",
                     help="longest a backend call may take before its process is killed and the cell recorded "
@@ -116,6 +120,7 @@ def _check_range(option: str, value, low, high) -> None:
 
 def pytest_configure(config):
     run_operators(config)
+    failed_cells(config)           # an unreadable --failed-only run stops here, naming it
     if os.environ.get("ACCURACY_OPERATOR") and not hasattr(config, "workerinput"):
         config.issue_config_time_warning(pytest.PytestConfigWarning(
             "$ACCURACY_OPERATOR is no longer read: name the operators with --operator (repeatable)"), stacklevel=2)
@@ -349,12 +354,40 @@ def _case_of(item) -> str | None:
     return None
 
 
+def _cell_of(item) -> tuple[str, str] | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec and "cell" in callspec.params:
+        spec, backend = callspec.params["cell"]
+        return spec.id, backend.name
+    return None
+
+
 def shard_assignment(config, case_ids) -> dict[str, int] | None:
     """Case id -> shard (``cases.shards``), or None when the run is not sharded."""
     shards = config.getoption("--num-shards", default=1)
     if shards <= 1:
         return None
     return assignment(case_ids, shards, config.getoption("--shard-durations", default=None))
+
+
+FAILED_CELLS = pytest.StashKey[object]()
+# a cell's statuses (its worst output's, ``cases.summary.cell_verdicts``) that --failed-only reruns
+NOT_PASSED = ("fail", "error", "unexpected_pass", "crashed", "timed_out")
+
+
+def failed_cells(config) -> set[tuple[str, str]] | None:
+    """The (case id, backend) cells that did not pass in the --failed-only run; None without the option."""
+    if FAILED_CELLS not in config.stash:
+        source = config.getoption("--failed-only", default=None)
+        cells = None
+        if source is not None:
+            try:
+                records = load_records(source)
+            except ResultsNotFound as exc:
+                raise pytest.UsageError(f"--failed-only {source}: {exc}") from exc
+            cells = {key for key, status in cell_verdicts(records).items() if status in NOT_PASSED}
+        config.stash[FAILED_CELLS] = cells
+    return config.stash[FAILED_CELLS]
 
 
 @pytest.hookimpl(trylast=True)
@@ -366,6 +399,15 @@ def pytest_collection_modifyitems(session, config, items):
         keep, dropped = [], []
         for it in items:      # tests that are not cells of the matrix run once, in shard 0
             (keep if assignment.get(_case_of(it), 0) == mine else dropped).append(it)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+    failed = failed_cells(config)
+    if failed is not None:      # the cells that did not pass in that run (tests that are not cells stay)
+        keep, dropped = [], []
+        for it in items:
+            cell = _cell_of(it)
+            (keep if cell is None or cell in failed else dropped).append(it)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
@@ -426,7 +468,8 @@ def run_selection(config) -> dict:
             "cases": list(config.getoption("--case", default=None) or ()),
             "inputs": [c.id for c in planned_cases(config) if c.inputs_file is not None],
             "backends": all_backend_names(config), "benchmark": benchmark_name(config),
-            "gate": config.getoption("--gate"), "markexpr": config.getoption("markexpr", default="") or "",
+            "gate": config.getoption("--gate"), "failed_only": config.getoption("--failed-only", default=None),
+            "markexpr": config.getoption("markexpr", default="") or "",
             "keyword": config.getoption("keyword", default="") or "",
             "shard": {"id": config.getoption("--shard-id"), "count": config.getoption("--num-shards"),
                       "durations": config.getoption("--shard-durations")}}
