@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import operators
-from runs.results import load_manifest, load_records
 from cases.expectations import QUANTITIES, Bound, Expectation, measured_size, parse
+from contract.records import records_of
+from runs.results import load_manifest, load_records
 
 BOUND_LINE = re.compile(r"^bound\.[A-Za-z0-9_]+\s*=")
 # Cases (each with its seed) a bound must rest on before the tool rewrites it. A bound is the
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None, directory: Path | None = None) -> int:
     registered = tuple(operator.backends)
     case_operators = (manifest.get("selection") or {}).get("case_operators")
     if case_operators:      # a run of several operators: this operator's cases alone
-        records = [r for r in records if case_operators.get(str(r.get("case"))) == operators.key(operator)]
+        records = records_of(records, case_operators, operators.key(operator))
     print(f"platform facts of the run: {manifest.get('facts')}")
     refused, writes = [], {}
     for path in sorted(directory.glob("*.toml")):

@@ -20,11 +20,7 @@ from pathlib import Path
 import pytest
 
 import operators
-from runs.allocator import keep_freed_memory
 from accuracy.dual import DEFAULT_BENCHMARK
-from runs.manifest import build as build_manifest
-from runs.output_paths import OutputPathError, output_folder, probe_writable
-from runs.results import ResultsNotFound, load_records, load_results, merge, point_latest, prune_finished, run_dir
 from cases.devices import describe as describe_devices
 from cases.devices import worker_device
 from cases.evaluate import ScheduleError, declared_schedule
@@ -34,6 +30,10 @@ from cases.shards import assignment
 from cases.spec import InputsFileError
 from cases.summary import cell_verdicts, summary_lines
 from kernels.registry import BackendNotFound, resolve
+from runs.allocator import keep_freed_memory
+from runs.manifest import build as build_manifest
+from runs.output_paths import OutputPathError, output_folder, probe_writable
+from runs.results import ResultsNotFound, load_records, load_results, merge, point_latest, prune_finished, run_dir
 
 
 def pytest_addoption(parser):
@@ -347,19 +347,28 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("cell", params)
 
 
-def _case_of(item) -> str | None:
-    callspec = getattr(item, "callspec", None)
-    if callspec and "cell" in callspec.params:
-        return callspec.params["cell"][0].id
-    return None
-
-
 def _cell_of(item) -> tuple[str, str] | None:
+    """(case id, backend name) of a cell of the matrix; None for any other test."""
     callspec = getattr(item, "callspec", None)
     if callspec and "cell" in callspec.params:
         spec, backend = callspec.params["cell"]
         return spec.id, backend.name
     return None
+
+
+def _case_of(item) -> str | None:
+    cell = _cell_of(item)
+    return None if cell is None else cell[0]
+
+
+def _keep(config, items: list, wanted) -> None:
+    """Deselect the items ``wanted(item)`` refuses, in place."""
+    keep, dropped = [], []
+    for it in items:
+        (keep if wanted(it) else dropped).append(it)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 def shard_assignment(config, case_ids) -> dict[str, int] | None:
@@ -396,21 +405,11 @@ def pytest_collection_modifyitems(session, config, items):
     assignment = shard_assignment(config, [c for c in map(_case_of, items) if c is not None])
     if assignment is not None:
         mine = config.getoption("--shard-id")
-        keep, dropped = [], []
-        for it in items:      # tests that are not cells of the matrix run once, in shard 0
-            (keep if assignment.get(_case_of(it), 0) == mine else dropped).append(it)
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = keep
+        # tests that are not cells of the matrix run once, in shard 0
+        _keep(config, items, lambda it: assignment.get(_case_of(it), 0) == mine)
     failed = failed_cells(config)
     if failed is not None:      # the cells that did not pass in that run (tests that are not cells stay)
-        keep, dropped = [], []
-        for it in items:
-            cell = _cell_of(it)
-            (keep if cell is None or cell in failed else dropped).append(it)
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = keep
+        _keep(config, items, lambda it: (cell := _cell_of(it)) is None or cell in failed)
     # which backends each case will run on this session, after -k / -m deselection (trylast)
     if not hasattr(config, "workerinput"):
         _record_planned(config, [item.nodeid for item in items])

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
+from contract.records import records_of
+
 # Worst first: a cell's verdict is the worst of its outputs' (an error hides nothing below it).
 CELL_ORDER = ("crashed", "timed_out", "error", "fail", "unexpected_pass", "expected_failure", "skipped", "pass")
 LABELS = {"pass": "passed", "fail": "failed", "expected_failure": "known failures",
@@ -84,7 +86,6 @@ def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | No
         return lines
     lines = []
     for operator in dict.fromkeys(case_operators.values()):
-        mine = [r for r in records if case_operators.get(str(r.get("case"))) == operator]
         lines.append(f"[{operator}]")
-        lines += [f"  {line}" for line in summary_lines(mine)]
+        lines += [f"  {line}" for line in summary_lines(records_of(records, case_operators, operator))]
     return lines

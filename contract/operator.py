@@ -21,6 +21,8 @@ from types import MappingProxyType
 import torch
 
 OUTPUT_KINDS = ("rows", "sum_over_m", "contraction")
+# an operator's mappings, held as read-only copies
+MAPPING_FIELDS = ("scales", "backends", "sizes_from")
 
 
 @dataclass
@@ -102,7 +104,7 @@ class Operator:
     def __post_init__(self):
         # read-only copies: a backend in the framework's process cannot change the scale profiles,
         # the backends or the dimensions every later case reads (``kernels.sealed_state`` checks the registry)
-        for name in ("scales", "backends", "sizes_from"):
+        for name in MAPPING_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, MappingProxyType(dict(value)))

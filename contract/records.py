@@ -95,10 +95,7 @@ class Record:
     def from_json(cls, data: Mapping, where: str = "record") -> "Record":
         """The record of a results file's mapping; a key this schema does not declare is refused,
         naming it and the schema version."""
-        unknown = sorted(set(data) - FIELDS)
-        if unknown:
-            raise RecordSchemaError(f"{where} has keys {unknown} that results schema {SCHEMA_VERSION} does not "
-                                    f"declare (contract.records.Record); written by another version of the framework?")
+        _refuse_undeclared(data, where)
         missing = [k for k in REQUIRED if k not in data]
         if missing:
             raise RecordSchemaError(f"{where} lacks {missing} (results schema {SCHEMA_VERSION})")
@@ -118,15 +115,24 @@ FIELDS = frozenset(f.name for f in fields(Record))
 REQUIRED = ("case", "backend", "output", "golden", "status")
 
 
-def checked(records: Iterable[Mapping], where: str) -> list[dict]:
-    """``records`` (plain mappings, as written), each refused if it carries a key the schema does not
-    declare; returned as they are (a reader tolerates a record that lacks keys: it shows them missing)."""
-    out = []
+def _refuse_undeclared(data: Mapping, where: str) -> None:
+    unknown = sorted(set(data) - FIELDS)
+    if unknown:
+        raise RecordSchemaError(f"{where} has keys {unknown} that results schema {SCHEMA_VERSION} does not "
+                                f"declare (contract.records.Record); written by another version of the framework?")
+
+
+def checked(records: list, where: str) -> list:
+    """``records`` (as written), each mapping refused if it carries a key the schema does not declare;
+    returned as they are (a reader tolerates a record that lacks keys, or one that is not a mapping:
+    it shows them missing or skips them)."""
     for i, r in enumerate(records):
-        unknown = sorted(set(r) - FIELDS)
-        if unknown:
-            raise RecordSchemaError(f"{where}: record {i} has keys {unknown} that results schema {SCHEMA_VERSION} "
-                                    f"does not declare (contract.records.Record); written by another version of "
-                                    f"the framework?")
-        out.append(r)
-    return out
+        if isinstance(r, Mapping):
+            _refuse_undeclared(r, f"{where}: record {i}")
+    return records
+
+
+def records_of(records: Iterable, case_operators: Mapping[str, str], operator: str) -> list:
+    """The records of ``operator``'s cases in a run of several (``case_operators``: the manifest's
+    ``selection.case_operators``, case id -> the name the operator is found by)."""
+    return [r for r in records if isinstance(r, Mapping) and case_operators.get(str(r.get("case"))) == operator]

@@ -26,8 +26,8 @@ from types import MappingProxyType
 
 import torch
 
+from contract.operator import MAPPING_FIELDS
 from runs.platform_facts import fp32_keeps_subnormals
-
 
 # The new per-backend FP32 precision API (``torch.backends.*.fp32_precision``): "bf16" there makes
 # FP32 matmuls on the CPU use BF16 dot products (measured: 2x the error of IEEE at 256 x 256), and
@@ -137,13 +137,9 @@ def _operator_registry() -> tuple:
     loaded = getattr(registry, "_loaded", None)
     if not isinstance(loaded, dict):
         return ()
-    return tuple((name, op, tuple((f, tuple(getattr(op, f).items())) for f in OPERATOR_MAPPINGS
+    return tuple((name, op, tuple((f, tuple(getattr(op, f).items())) for f in MAPPING_FIELDS
                                   if hasattr(getattr(op, f, None), "items")))
                  for name, op in loaded.items())
-
-
-# an operator declaration's mappings (read-only views, but a view's dict could be reached otherwise)
-OPERATOR_MAPPINGS = ("scales", "backends", "sizes_from")
 
 
 def _restore_operator_registry(state: tuple) -> None:
@@ -156,11 +152,7 @@ def _restore_operator_registry(state: tuple) -> None:
     for _, op, mappings in state:
         for field_name, items in mappings:
             if dict(getattr(op, field_name).items()) != dict(items):
-                object.__setattr__(op, field_name, _read_only(dict(items)))
-
-
-def _read_only(mapping: dict) -> MappingProxyType:
-    return MappingProxyType(mapping)
+                object.__setattr__(op, field_name, MappingProxyType(dict(items)))
 
 
 def restore(state: GlobalState) -> list[str]:

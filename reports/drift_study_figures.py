@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from reports import plots
-from reports.plots import study_shape_label as shape_label  # noqa: F401  (the page's label of a study's shape)
 
 REQUIRED = ("config", "axes", "summary", "table")
 

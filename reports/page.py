@@ -21,11 +21,13 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 import operators
 from accuracy.dual import RATIO_LIMITS
 from accuracy.metrics import histogram_edges
-from runs.results import load_records, load_results, write_text_atomic
+from contract.records import records_of
 from reports import data as D
 from reports import plots as P
 from reports import tile_drift
-from reports.drift_study_figures import StudyUnreadable, draw, load_study, shape_label
+from reports.drift_study_figures import StudyUnreadable, draw, load_study
+from reports.plots import study_shape_label
+from runs.results import load_records, load_results, write_text_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
 PLOTS = "plots"
@@ -156,9 +158,10 @@ def _run_plot_jobs(jobs: list, processes: int | None) -> int:
     return processes
 
 
-def _drift_study(out: Path, source, img) -> dict | None:
+def _drift_study(out: Path, source, img, op, strict: bool) -> dict | None:
     """The drift study's figures (drawn from its JSON next to the page) and crossing table, when
-    there is one."""
+    there is one of ``op``; a study of another operator is left out, or refused where ``strict``
+    (one asked for by name on a page of one operator)."""
     folder = Path(source) if source is not None else out / "drift"
     if source is None and not (folder / "drift.json").is_file():
         return None
@@ -166,13 +169,18 @@ def _drift_study(out: Path, source, img) -> dict | None:
         study = load_study(folder)
     except StudyUnreadable as exc:
         raise FileNotFoundError(str(exc)) from None
+    owner = study["axes"]["operator"]
+    if owner != operators.key(op):
+        if strict:
+            raise FileNotFoundError(f"{folder}: a drift study of operator {owner!r}, not of {operators.key(op)!r}")
+        return None
     figures = []
     for fam, path in draw(study, out / PLOTS).items():
         rel = img(f"study-{fam}")
         path.replace(out / rel)
         figures.append({"family": fam, "src": rel})
     cfg = study["config"]
-    return {"figures": figures, "table": study["table"], "config": cfg, "shape": shape_label(study, cfg["shape"]),
+    return {"figures": figures, "table": study["table"], "config": cfg, "shape": study_shape_label(study, cfg["shape"]),
             "wall_s": study.get("wall_s"), "source": str(folder), "shape_check": study.get("shape_check")}
 
 
@@ -208,8 +216,10 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
     chosen = selection.get("operator") or operators.DEFAULT
     options = dict(heatmap=heatmap, title=title, processes=processes, drift_study=drift_study)
     if isinstance(chosen, str):
-        return _render_operator(data, operators.get(chosen), Path(out_dir), results_dir, baseline,
-                                None if baseline is None else load(baseline), t_start, **options)
+        path, _, _ = _render_operator(data, operators.get(chosen), Path(out_dir), results_dir, baseline,
+                                      None if baseline is None else load(baseline), t_start,
+                                      study_strict=drift_study is not None, **options)
+        return path
     return _render_sections(data, chosen, selection.get("case_operators") or {}, Path(out_dir), results_dir,
                             baseline, **options)
 
@@ -217,17 +227,18 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline:
 def _render_sections(data: dict, keys: list, case_operators: Mapping, out: Path, results_dir, baseline,
                      **options) -> Path:
     """A run of several operators: one page per operator (``OUT/<operator>/index.html``, its records
-    alone) and ``OUT/index.html`` with a section per operator: its verdict counts and its page."""
+    alone) and ``OUT/index.html`` with a section per operator: its verdict counts and its page. A
+    drift study (``OUT/drift`` or the one named) heads the page of its own operator."""
     previous = load(baseline) if baseline is not None else None
+    if options["drift_study"] is None and (out / "drift" / "drift.json").is_file():
+        options = {**options, "drift_study": out / "drift"}
     sections = []
     for key in keys:
         op = operators.get(key)
-        mine = [r for r in data["records"] if isinstance(r, Mapping) and case_operators.get(str(r.get("case"))) == key]
-        base = None if previous is None else [r for r in previous if case_operators.get(str(r.get("case"))) == key]
-        _render_operator({**data, "records": mine}, op, out / op.name, results_dir, baseline, base,
-                         time.perf_counter(), **options)
-        idx = D.index(mine, op)
-        counts = D.status_counts(D.verdict_cells(idx), idx.backends)
+        mine = records_of(data["records"], case_operators, key)
+        base = None if previous is None else records_of(previous, case_operators, key)
+        _, idx, counts = _render_operator({**data, "records": mine}, op, out / op.name, results_dir, baseline, base,
+                                          time.perf_counter(), study_strict=False, **options)
         sections.append({"name": op.name, "title": op.title or op.name, "href": f"{op.name}/index.html",
                          "cases": len(idx.cases), "backends": idx.backends, "counts": counts})
     html = environment().get_template("operators.html.j2").render(
@@ -240,10 +251,11 @@ def _render_sections(data: dict, keys: list, case_operators: Mapping, out: Path,
 
 
 def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_records: list | None,
-                     t_start: float, *, heatmap: bool = True, title: str | None = None,
-                     processes: int | None = None, drift_study=None) -> Path:
+                     t_start: float, *, study_strict: bool, heatmap: bool = True, title: str | None = None,
+                     processes: int | None = None, drift_study=None) -> tuple[Path, D.Index, dict]:
     """One operator's page from its records (``data``: the loaded results, its records only;
-    ``baseline_records``: the baseline's records of the same operator, named ``baseline``)."""
+    ``baseline_records``: the baseline's records of the same operator, named ``baseline``).
+    Returns the page, the records' index and the verdict counts per backend."""
     cpu_start = time.process_time()
     timings: dict[str, float] = {}
     plots = out / PLOTS
@@ -324,7 +336,7 @@ def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_
         except Exception as exc:   # noqa: BLE001 - the rest of the page is still worth having
             td, td_why = None, f"the tile drift heatmap failed: {type(exc).__name__}: {exc}"
 
-    study = _drift_study(out, drift_study, img)
+    study = _drift_study(out, drift_study, img, op, study_strict)
 
     skipped = [{"case": idx.cases[c], "backend": b, "status": str(r.get("status", "error")),
                 "message": str(r.get("message", "")), "anchor": D.row_anchor(c, b, "*")}
@@ -348,4 +360,4 @@ def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_
     html = html.replace("@@RENDER_SECONDS@@", f"{timings['total']:.1f}")
     path = out / "index.html"
     write_text_atomic(path, html)
-    return path
+    return path, idx, counts

@@ -216,7 +216,7 @@ def load_results(path: str | os.PathLike) -> dict:
         raise ResultsNotFound(f"{target}: results schema {data.get('schema')!r}; this framework reads schemas "
                               f"{', '.join(map(str, READABLE_SCHEMAS))}")
     try:
-        checked((r for r in data["records"] if isinstance(r, dict)), str(target))
+        checked(data["records"], str(target))
     except RecordSchemaError as exc:
         raise ResultsNotFound(str(exc)) from None
     return {**data, "source": str(target)}

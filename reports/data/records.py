@@ -11,16 +11,16 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from runs.results import from_json_number
-from contract import records as case_id
 from contract.records import FAILING, GOLDEN_PREFIX, GOLDENS, VERDICT_STATUSES  # noqa: F401  (the data layer's names)
+from contract.records import parse as parse_case_id
+from runs.results import from_json_number
 
 
 def operator_outputs(operator=None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The outputs of ``operator`` (a ``contract.operator.Operator``; default: the registry's default
     operator, the SwiGLU backward) in its declared order, and those reduced over M (the drift panels)."""
     if operator is None:
-        import operators     # torch: imported once a report reads records, not by this module's readers
+        import operators  # torch: imported once a report reads records, not by this module's readers
         operator = operators.get()
     return operator.output_names, operator.reduction_outputs
 
@@ -97,7 +97,7 @@ def case_of(rec: Mapping) -> Case:
     m = as_int(spec.get("m"))
     shape = tuple((str(k).upper(), as_int(v)) for k, v in spec.items() if k not in _NOT_DIMS)
     scale, seed = spec.get("scale"), as_int(spec.get("seed"))
-    parsed = case_id.parse(cid)
+    parsed = parse_case_id(cid)
     if parsed and (m is None or seed is None or not shape or None in (v for _, v in shape)):
         sizes, id_scale, seed = parsed
         m = sizes.get("M")

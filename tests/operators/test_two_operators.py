@@ -3,9 +3,13 @@ merged and diffed like a one-operator run."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
+import pytest
+
+from reports.page import render
 from tests.operators.matrix_run import ROOT, verdicts
 
 WRONG_TOY = "tests.operators.toy.backends:first_row_dropped"
@@ -52,3 +56,17 @@ def test_two_operators_in_one_run_give_one_results_file_and_one_report(tmp_path)
     diff = subprocess.run([sys.executable, "-m", "accuracy", "diff", str(run), str(tmp_path / "merged")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert diff.returncode == 0 and " 0 differ" in diff.stdout, diff.stdout + diff.stderr
+    # a drift study heads the page of its own operator only (docs/drift: the SwiGLU backward's)
+    (tmp_path / "report2" / "drift").mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "drift" / "drift.json", tmp_path / "report2" / "drift" / "drift.json")
+    render(run, tmp_path / "report2", heatmap=False)
+    assert 'src="plots/study-db.png"' in (tmp_path / "report2" / "swiglu_backward" / "index.html").read_text()
+    assert "study-db" not in (tmp_path / "report2" / "toy" / "index.html").read_text()
+    # named for a page of another operator alone, it is refused
+    toy_run = tmp_path / "toy-run"
+    toy_run.mkdir()
+    toy_data = {**data, "manifest": {**data["manifest"], "selection": {**selection, "operator": "tests.operators.toy"}},
+                "records": [r for r in data["records"] if selection["case_operators"].get(r["case"]) != "swiglu_backward"]}
+    (toy_run / "results.json").write_text(json.dumps(toy_data))
+    with pytest.raises(FileNotFoundError, match="a drift study of operator 'swiglu_backward', not of"):
+        render(toy_run, tmp_path / "report3", heatmap=False, drift_study=tmp_path / "report2" / "drift")
