@@ -548,14 +548,15 @@ def fields_at(index, a, b, rounded, allow, flags, rtol):
 
 
 @njit(cache=True, error_model="numpy")
-def excess_over(a, b, rounded, allow, flags, rtol, lo, hi, threshold):
-    """The excess of the elements lo..hi-1 that is above ``threshold``, in element order, as the
-    loop above computes it (FP32): what a comparison keeps while its atol is still unknown."""
+def excess_over(a, b, rounded, allow, flags, rtol, lo, hi, threshold, ceiling):
+    """The excess of the elements lo..hi-1 that is above ``threshold`` and at or below
+    ``ceiling``, in element order, as the loop above computes it (FP32): what a comparison keeps
+    while its atol is still unknown (the values above the ceiling it only counts)."""
     out = np.empty(hi - lo, dtype=np.float32)
     count = 0
     for i in range(lo, hi):
         excess = _element(i, a, b, rounded, allow, flags, rtol)[5]
-        if excess > threshold:
+        if excess > threshold and excess <= ceiling:
             out[count] = excess
             count += 1
     return out[:count]

@@ -23,8 +23,10 @@ from accuracy.ulp import bf16_spacing
 WORST_K = 8
 FLOOR_K = 64
 # "Excess" values (|err| - rtol|golden| - allowance) above a lower bound of the atol, kept to count
-# mismatches exactly at an atol known only after the last chunk; 4M float32 = 16 MiB. Beyond it
-# the count becomes a range.
+# mismatches exactly at an atol known only after the last chunk; 4M float32 = 16 MiB. When more
+# are held, the largest half is counted and let go (the kept values' ceiling falls): the count
+# stays exact while the final atol is at or below that ceiling (a kernel far off: its excess is
+# mostly far above the atol), and becomes a range otherwise.
 EXCESS_CAP = 1 << 22
 HIST_SAMPLE = 1 << 20
 # Rows are compared in slices of about this many elements (1 MiB in FP32): each of the ~40
@@ -127,8 +129,9 @@ class ErrorStats:
         before the first element: every mismatch is then counted exactly as it streams past.
         Without it the atol follows the rms given to ``settle_atol`` after the last chunk, or this
         golden's own, and the count comes from the kept excess: every value above the atol's lower
-        bound known so far (``raise_excess_floor``; 0 without one), exact up to ``EXCESS_CAP``
-        values kept at once, a range beyond (``overflowed``)."""
+        bound known so far (``raise_excess_floor``; 0 without one) and at or below a ceiling that
+        falls when more than ``EXCESS_CAP`` values are held (those above it are counted): exact
+        while the final atol is at or below the ceiling, a range otherwise (``overflowed``)."""
         self.tol = tol
         self.dual = dual or dual_only
         self.dual_only = dual_only
@@ -150,8 +153,12 @@ class ErrorStats:
         self.max_ulp = (-1.0, None)
         self.worst: list[dict] = []
         self.excess_kept: list[torch.Tensor] = []
+        self.n_excess_kept = 0
         self.excess_floor = 0.0     # an FP32 value at or below the atol: only excess above it is kept
-        self.n_excess_dropped = 0   # excess above the floor not kept (the cap was full)
+        self.excess_sieved_at = 0.0  # the floor the kept values were last sieved at
+        self.excess_ceiling = math.inf   # excess above it is counted (n_excess_above), not kept
+        self.n_excess_above = 0
+        self.n_excess_dropped = 0   # excess above the floor neither kept nor counted (ties at a full cap)
         self.n_over_seed = 0
         self.sum_err = self.sum_abs_err = 0.0
         self.n_pos = self.n_neg = 0
@@ -267,20 +274,44 @@ class ErrorStats:
 
     def _keep_excess(self, n_over: int, values) -> None:
         """With the atol still unknown: ``n_over`` elements of a slice have an excess above the
-        floor; ``values()`` gives it in element order. Kept up to ``EXCESS_CAP`` values at once."""
+        floor; ``values(ceiling)`` gives those at or below ``ceiling`` in element order (FP32).
+        The values above the ceiling are counted, the rest kept, compacted when more than
+        ``EXCESS_CAP`` are held."""
         if not n_over:
             return
-        room = EXCESS_CAP - sum(t.numel() for t in self.excess_kept)
-        if room > 0:
-            self.excess_kept.append(values()[:room])
-        self.n_excess_dropped += max(0, n_over - max(room, 0))
+        kept = values(self.excess_ceiling)
+        self.n_excess_above += n_over - kept.numel()
+        if kept.numel():
+            self.excess_kept.append(kept)
+            self.n_excess_kept += kept.numel()
+        if self.n_excess_kept > EXCESS_CAP:
+            self._compact_excess()
+
+    def _compact_excess(self) -> None:
+        """Drop the kept values the floor has passed; if more than half the cap remain, lower the
+        ceiling to the value of rank ``EXCESS_CAP // 2`` and count the values above it (one
+        ``kthvalue`` over at most the cap and a slice: ~50 ms for 4M values). Values equal to the
+        ceiling stay kept; beyond the cap they are dropped and the count becomes a range."""
+        kept = torch.cat(self.excess_kept)
+        kept = kept[kept > self.excess_floor]
+        keep = max(1, EXCESS_CAP // 2)
+        if kept.numel() > keep:
+            ceiling = float(torch.kthvalue(kept, keep).values)
+            above = kept > ceiling
+            self.n_excess_above += int(torch.count_nonzero(above))
+            self.excess_ceiling = ceiling
+            kept = kept[~above]
+        if kept.numel() > EXCESS_CAP:
+            self.n_excess_dropped += kept.numel() - EXCESS_CAP
+            kept = kept[:EXCESS_CAP]
+        self.excess_kept = [kept] if kept.numel() else []
+        self.n_excess_kept = kept.numel()
 
     def raise_excess_floor(self, atol_floor: float) -> None:
         """A lower bound of the atol, known before the next slice (a row output's: the atol of
         the rms its reference's rows so far give over all its elements, which only grows): excess
-        at or below it can fail no atol, so it is no longer kept, and the kept values at or below
-        it are dropped. The floor is the largest FP32 value not above the bound, so every FP32
-        excess above the final atol, or above that atol rounded to FP32, is above it."""
+        at or below it can fail no atol, so it is no longer kept. The floor is the largest FP32 value not above the bound,
+        so every FP32 excess above the final atol, or above that atol rounded to FP32, is above it."""
         if self.atol_known is not None:
             return
         floor = float(np.float32(atol_floor))
@@ -289,7 +320,13 @@ class ErrorStats:
         if floor <= self.excess_floor:
             return
         self.excess_floor = floor
-        self.excess_kept = [kept for t in self.excess_kept if (kept := t[t > floor]).numel()]
+        # the kept values it passes are dropped when the floor has doubled since they were last
+        # sieved: a few sieves per comparison (its first chunk's floor is about a tenth of the
+        # final atol at the article's case) instead of one per chunk over up to EXCESS_CAP values
+        if floor > 2 * self.excess_sieved_at:
+            self.excess_sieved_at = floor
+            self.excess_kept = [kept for t in self.excess_kept if (kept := t[t > floor]).numel()]
+            self.n_excess_kept = sum(t.numel() for t in self.excess_kept)
 
     def settle_atol(self, scale_rms: float) -> None:
         """The rms that sets the magnitude-aware atol, known only after the last slice (a row
@@ -299,10 +336,35 @@ class ErrorStats:
             raise ValueError("the atol was known before the first slice")
         self.scale_rms = scale_rms
 
+    def _settled_atol(self) -> float:
+        """The atol the count is made against: the known one, or the settled rms's (this golden's own without one)."""
+        if self.atol_known is not None:
+            return self.atol_known
+        rms = math.sqrt(self.sq_b / self.n_golden_finite) if self.n_golden_finite else 0.0
+        return self.tol.effective_atol(self.scale_rms if self.scale_rms is not None else rms)
+
+    def _excess_counts(self, atol: float) -> tuple[int, int]:
+        """(excess values above ``atol``, values whose side of it is not known). The values
+        above the ceiling are above the atol when the ceiling is at or above the atol as the FP32
+        comparison sees it (the atol rounded to FP32); otherwise their side is unknown."""
+        kept = torch.cat(self.excess_kept) if self.excess_kept else torch.zeros(0)
+        over = int((kept > atol).sum())
+        unknown = self.n_excess_dropped
+        if self._ceiling_holds(atol):
+            over += self.n_excess_above
+        else:
+            unknown += self.n_excess_above
+        return over, unknown
+
+    def _ceiling_holds(self, atol: float) -> bool:
+        return self.excess_ceiling >= float(np.float32(atol))
+
     @property
     def overflowed(self) -> bool:
-        """More elements had an excess above the floor than could be kept: the count is a range."""
-        return self.atol_known is None and self.n_excess_dropped > 0
+        """Some excess above the floor is on an unknown side of the settled atol: the count is a range."""
+        if self.atol_known is not None:
+            return False
+        return self.n_excess_dropped > 0 or (self.n_excess_above > 0 and not self._ceiling_holds(self._settled_atol()))
 
     def _update_compiled(self, actual, expected, bound, row_offset, rounded_terms, allowance, exact, noise_var,
                       direction, pieces: list[_Slice]) -> bool:
@@ -410,9 +472,9 @@ class ErrorStats:
             if self.atol_known is not None:
                 self.n_mismatch_known += int(s[compiled_pass.N_MISMATCH])
             else:
-                self._keep_excess(int(s[compiled_pass.N_MISMATCH]), lambda: torch.from_numpy(compiled_pass.excess_over(
+                self._keep_excess(int(s[compiled_pass.N_MISMATCH]), lambda ceiling: torch.from_numpy(compiled_pass.excess_over(
                     a, b, rounded, allow, flags, self.tol.rtol, lo, lo + piece.actual.numel(),
-                    np.float32(self.excess_floor))))
+                    np.float32(self.excess_floor), np.float32(ceiling))))
             index = worst[1][k, :worst[2][k]]
             for i, (abs_err, rel, ulp, excess, _, _) in zip(index.tolist(), fields(index).tolist()):
                 self.worst.append({"index": _index(i - lo, offset, width), "actual": float(a[i]),
@@ -522,7 +584,8 @@ class ErrorStats:
             self.n_mismatch_known += int(torch.count_nonzero(excess > self.atol_known))
         else:
             over = excess > self.excess_floor     # an FP32 value: the same test as the compiled pass
-            self._keep_excess(int(torch.count_nonzero(over)), lambda: excess[over].cpu())
+            self._keep_excess(int(torch.count_nonzero(over)),
+                              lambda ceiling: excess[over & (excess <= ceiling)].cpu())
 
         bar = self.worst[-1]["excess"] if len(self.worst) == WORST_K else None
         top = _best_indices(excess, WORST_K, largest=True, bar=bar)
@@ -710,10 +773,9 @@ class ErrorStats:
             atol_eff, overflow = self.atol_known, 0
             mismatches = self.n_mismatch_known + nonfinite_bad
         else:
-            atol_eff = tol.effective_atol(self.scale_rms if self.scale_rms is not None else rms)
-            kept = torch.cat(self.excess_kept) if self.excess_kept else torch.zeros(0)
-            overflow = self.n_excess_dropped
-            mismatches = int((kept > atol_eff).sum()) + nonfinite_bad
+            atol_eff = self._settled_atol()
+            over, overflow = self._excess_counts(atol_eff)
+            mismatches = over + nonfinite_bad
         norm = math.sqrt(self.sq_a * self.sq_b_pairs)
         signed = self.n_pos + self.n_neg
         floor = None

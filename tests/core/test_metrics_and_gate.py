@@ -133,7 +133,9 @@ def test_a_nan_failure_names_the_first_disagreeing_element():
 
 def test_mismatch_count_is_exact_when_the_reference_rms_is_known_first(monkeypatch):
     """With the reference rms given up front (as ``compare_case`` does) every mismatch is counted as
-    it streams past; without it the count comes from a capped buffer and becomes a range beyond it."""
+    it streams past. Without it the count comes from the kept excess: when more than the cap is
+    held, the largest half is counted and let go, so an all-wrong output (its excess far above
+    the atol) is still counted exactly, with at most the cap held at once."""
     import accuracy.metrics as metrics_module
     from accuracy.metrics import ErrorStats
     from accuracy.tolerances import tolerances_for
@@ -147,12 +149,50 @@ def test_mismatch_count_is_exact_when_the_reference_rms_is_known_first(monkeypat
     want = int((golden.float().abs() - tol.rtol * golden.float().abs() > atol).sum())
     known = ErrorStats(tol, (4096, 64), scale_rms=rms)
     capped = ErrorStats(tol, (4096, 64))
+    held = 0
     for start in range(0, 4096, 1024):
         known.update(actual[start:start + 1024], golden[start:start + 1024], row_offset=start)
         capped.update(actual[start:start + 1024], golden[start:start + 1024], row_offset=start)
+        held = max(held, capped.n_excess_kept)
     k, c = known.finalize(), capped.finalize()
     assert k["mismatches_exact"] and k["mismatches"] == want > 1000
-    assert not c["mismatches_exact"] and c["mismatches"] < want <= c["mismatches_upper"]
+    assert c["mismatches_exact"] and c["mismatches"] == want and held <= 1000
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_count_is_a_range_when_the_kept_ceiling_falls_below_the_atol(monkeypatch, fused):
+    """Errors spread over 0..1.1 atol, with the atol unknown while they stream and no floor: most
+    of the excess lies below the final atol, so the cap's ceiling falls below it and the values
+    counted above the ceiling are on an unknown side: the count is a range holding the exact
+    count, never a wrong number called exact (``compare_case`` then compares again with the rms
+    known)."""
+    import accuracy.metrics as metrics_module
+    from accuracy.metrics import ErrorStats
+    from accuracy.tolerances import tolerances_for
+    monkeypatch.setattr(metrics_module, "EXCESS_CAP", 1000)
+    tol = tolerances_for(SWIGLU)["dx"]
+    gen = torch.Generator().manual_seed(5)
+    rows, width = 4096, 64
+    golden = torch.randn(rows, width, generator=gen, dtype=torch.float64) * 1e-5
+    golden[:, 0] *= 1000
+    rms = float(golden.float().double().square().mean().sqrt())
+    atol = tol.effective_atol(rms)
+    actual = golden + torch.rand(rows, width, generator=gen, dtype=torch.float64) * 1.1 * atol
+    known = ErrorStats(tol, (rows, width), scale_rms=rms)
+    capped = ErrorStats(tol, (rows, width))
+    if not fused:
+        for st in (known, capped):
+            monkeypatch.setattr(st, "_update_compiled", lambda *a, **k: False)
+    for start in range(0, rows, 512):
+        part = slice(start, start + 512)
+        known.update(actual[part], golden[part], row_offset=start)
+        capped.update(actual[part], golden[part], row_offset=start)
+    capped.settle_atol(rms)
+    assert capped.overflowed
+    k, c = known.finalize(), capped.finalize()
+    assert k["mismatches_exact"] and not c["mismatches_exact"]
+    assert c["mismatches"] <= k["mismatches"] <= c["mismatches_upper"]
+    assert c["mismatches"] < c["mismatches_upper"]
 
 
 @pytest.mark.parametrize("fused", [True, False])
