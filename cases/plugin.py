@@ -263,14 +263,31 @@ def backend_names(config, operator=None) -> list[str]:
     return names + [bench] if bench is not None and bench not in names else names
 
 
+def acceptance_backend_names(config, operator) -> list[str]:
+    """The backends a run without --backend adds at ``operator``'s acceptance case alone
+    (``Operator.acceptance_backends``: its reference schedules' emulations)."""
+    if config.getoption("--backend", default=None):
+        return []
+    chosen = backend_names(config, operator)
+    return [n for n in operator.acceptance_backends if n not in chosen]
+
+
+def case_backend_names(config, spec) -> list[str]:
+    """The backends of one case: the run's, and at its operator's acceptance case the additions."""
+    operator = spec.declaration
+    extra = acceptance_backend_names(config, operator) if spec == acceptance_case(operator) else []
+    return backend_names(config, operator) + extra
+
+
 def all_backend_names(config) -> list[str]:
     """Every operator's backend names, each once, in run order."""
     return list(dict.fromkeys(n for op in run_operators(config) for n in backend_names(config, op)))
 
 
-def selected_backends(config, operator):
+def selected_backends(config, operator, names=None):
+    """The backends ``names`` (default: the run's for every case of ``operator``), resolved."""
     try:
-        return [resolve(operator, n) for n in backend_names(config, operator)]
+        return [resolve(operator, n) for n in (backend_names(config, operator) if names is None else names)]
     except BackendNotFound as exc:
         raise pytest.UsageError(str(exc)) from exc
 
@@ -301,7 +318,7 @@ def _plan_cases(config) -> list:
                                         f"{operator.name!r}: a run's case ids must name one operator each")
             seen[spec.id] = operator.name
         cases += mine
-        cells += len(mine) * len(backend_names(config, operator))
+        cells += sum(len(case_backend_names(config, spec)) for spec in mine)
     if cells > MAX_CELLS:
         raise pytest.UsageError(f"the plan has {cells} cells ({len(cases)} cases x their backends), more than "
                                 f"{MAX_CELLS}: fewer --seeds or a smaller profile")
@@ -330,7 +347,6 @@ def pytest_generate_tests(metafunc):
     if "cell" not in metafunc.fixturenames:
         return
     config = metafunc.config
-    backends = {op.name: selected_backends(config, op) for op in run_operators(config)}
     cases = planned_cases(config)
     params = []
     for spec in cases:
@@ -342,7 +358,7 @@ def pytest_generate_tests(metafunc):
             marks.append(pytest.mark.seed_case)
         if spec.m in operator.m_edges:
             marks.append(pytest.mark.edge)
-        for b in backends[operator.name]:
+        for b in selected_backends(config, operator, case_backend_names(config, spec)):
             params.append(pytest.param((spec, b), id=f"{spec.id}-{b.name}", marks=marks))
     metafunc.parametrize("cell", params)
 
@@ -467,6 +483,8 @@ def run_selection(config) -> dict:
             "cases": list(config.getoption("--case", default=None) or ()),
             "inputs": [c.id for c in planned_cases(config) if c.inputs_file is not None],
             "backends": all_backend_names(config), "benchmark": benchmark_name(config),
+            "acceptance_backends": list(dict.fromkeys(n for op in run_operators(config)
+                                                      for n in acceptance_backend_names(config, op))),
             "gate": config.getoption("--gate"), "failed_only": config.getoption("--failed-only", default=None),
             "markexpr": config.getoption("markexpr", default="") or "",
             "keyword": config.getoption("keyword", default="") or "",
@@ -521,7 +539,7 @@ PLANNED = pytest.StashKey[list]()
 def _param_cells(config) -> dict[str, tuple[str, str]]:
     """Test parameter id -> (case id, backend name), for every cell the options can produce."""
     cases = planned_cases(config)
-    return {f"{spec.id}-{b}": (spec.id, b) for spec in cases for b in backend_names(config, spec.declaration)}
+    return {f"{spec.id}-{b}": (spec.id, b) for spec in cases for b in case_backend_names(config, spec)}
 
 
 def _record_planned(config, nodeids) -> None:

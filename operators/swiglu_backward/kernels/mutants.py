@@ -28,8 +28,7 @@ from collections.abc import Callable
 
 import torch
 
-from goldens.layers import tiled_emulation as _tiled_golden
-from operators.swiglu_backward import OPERATOR
+from operators.swiglu_backward.kernels.tiled_emulation import tiled_emulation_hardened
 from operators.swiglu_backward.schedule import TiledSchedule
 from operators.swiglu_backward.schedule import ARTICLE, HARDENED
 
@@ -268,13 +267,6 @@ globals().update(MUTANTS)     # operators.swiglu_backward.kernels.mutants:NAME r
 
 
 # ---------------------------------------------------------------------------- correct
-def tiled_emulation_hardened(*, x, w_g, w_fc, dy, g, fc):
-    """The golden's tiled emulation of the hardened schedule, served as a kernel."""
-    out = _tiled_golden(OPERATOR, {"x": x, "w_g": w_g, "w_fc": w_fc, "dy": dy, "g": g, "fc": fc}, HARDENED)
-    return {name: t.to(BF16) for name, t in out.items()}
-
-
-tiled_emulation_hardened.schedule = HARDENED
 tiled_fp32 = _kernel(TileLoop, "tiled_fp32", "The unedited per-tile loop: every mutant's correct original.")
 
 tiled_dx_products_bf16 = _kernel(_DxProductsBf16, "tiled_dx_products_bf16",
