@@ -578,7 +578,8 @@ def pytest_sessionfinish(session, exitstatus):
     prune_finished(results_root(config))
     config.stash[MERGED] = (folder / "results.json", merged["missing"], merged["unreadable_shards"])
     config.stash[SUMMARY] = summary_lines(merged["records"],
-                                          (run_manifest(config).get("selection") or {}).get("case_operators"))
+                                          (run_manifest(config).get("selection") or {}).get("case_operators"),
+                                          {operators.key(op): acceptance_case(op).id for op in run_operators(config)})
     if merged["missing"] or merged["unreadable_shards"]:
         session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))
     report_dir = config.getoption("--report-dir")

@@ -1,5 +1,5 @@
-"""The run on one screen: per backend its cells by verdict, what the acceptance gate would miss,
-the slowest cell. Data from the merged records only; the plugin prints the lines."""
+"""The run on one screen: per backend its cells by verdict, each backend's outputs at the
+operator's acceptance case, what the acceptance gate would miss, the slowest cell. Data from the merged records only; the plugin prints the lines."""
 from __future__ import annotations
 
 from collections import Counter
@@ -45,6 +45,36 @@ def backend_lines(records: Iterable[Mapping]) -> list[str]:
     return lines
 
 
+def acceptance_lines(records: Iterable[Mapping], case_id: str) -> list[str]:
+    """At the operator's acceptance case, each backend's outputs by verdict: the run's headline
+    (the reference schedules' emulations beside the kernels)."""
+    outputs: dict[str, dict[str, list[str]]] = {}
+    for r in records:
+        if r.get("case") != case_id or not _is_backend(r.get("backend", "")):
+            continue
+        if r.get("gated"):
+            outputs.setdefault(r["backend"], {}).setdefault(r.get("status"), []).append(r.get("output"))
+        elif r.get("output") == "*" and r.get("status") in CELL_ORDER:   # the cell did not run
+            why = str(r.get("message", "")).splitlines()[0] if r.get("message") else ""
+            outputs.setdefault(r["backend"], {})[r["status"]] = [why] if why else []
+    if not outputs:
+        return []
+    lines = [f"at the acceptance case {case_id}:"]
+    for backend, by_status in outputs.items():
+        if set(by_status) == {"pass"}:
+            lines.append(f"  {backend}: passed all {len(by_status['pass'])} outputs")
+            continue
+        parts = []
+        for status in CELL_ORDER:
+            if status in by_status and status != "pass":
+                names = by_status[status]
+                parts.append(f"{LABELS[status]}" + (f" ({', '.join(names)})" if names else ""))
+        if "pass" in by_status:
+            parts.append(f"passed {', '.join(by_status['pass'])}")
+        lines.append(f"  {backend}: {'; '.join(parts)}")
+    return lines
+
+
 def vacuity_line(records: Iterable[Mapping]) -> str | None:
     """Outputs where the operator's acceptance gate would pass an all-zero output, and at how many
     of the cases that gated them."""
@@ -75,11 +105,16 @@ def slowest_line(records: Iterable[Mapping]) -> str | None:
     return f"slowest backend call: {best[2]} at {best[1]}, {best[0]:.1f} s"
 
 
-def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | None = None) -> list[str]:
+def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | None = None,
+                  acceptance: Mapping[str, str] | None = None) -> list[str]:
     """``case_operators``: case id -> operator (a run of several, ``selection.case_operators``):
-    then one block of lines per operator, headed by its name."""
+    then one block of lines per operator, headed by its name. ``acceptance``: operator -> the id
+    of its acceptance case (its backends' outputs by verdict there)."""
+    acceptance = acceptance or {}
     if not case_operators:
         lines = backend_lines(records)
+        for case_id in acceptance.values():
+            lines += acceptance_lines(records, case_id)
         for line in (vacuity_line(records), slowest_line(records)):
             if line:
                 lines.append(line)
@@ -87,5 +122,7 @@ def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | No
     lines = []
     for operator in dict.fromkeys(case_operators.values()):
         lines.append(f"[{operator}]")
-        lines += [f"  {line}" for line in summary_lines(records_of(records, case_operators, operator))]
+        mine = {operator: acceptance[operator]} if operator in acceptance else {}
+        lines += [f"  {line}" for line in summary_lines(records_of(records, case_operators, operator),
+                                                        acceptance=mine)]
     return lines

@@ -46,3 +46,19 @@ def test_a_run_of_several_operators_gets_a_block_per_operator():
     assert rms[0] == "  k: 1 known failures (of 1 cells)", rms          # case B alone
     swiglu = lines[1:lines.index("[rmsnorm_backward]")]
     assert "  k: 1 failed, 1 crashed (of 2 cells)" in swiglu, swiglu
+
+
+def test_the_acceptance_case_lists_each_backends_outputs_by_verdict():
+    records = RECORDS + [
+        {"case": "A", "backend": "pypto", "output": "*", "golden": "*", "status": "skipped",
+         "message": "backend 'pypto' cannot run this case here: above the CPU interpreter's limit\nmore"}]
+    lines = summary_lines(records, acceptance={"swiglu_backward": "A"})
+    at = lines.index("at the acceptance case A:")
+    assert lines[at + 1:at + 4] == ["  k: failed (dw_g); passed dg",
+                                    "  torch-eager: passed all 2 outputs",
+                                    "  pypto: skipped (backend 'pypto' cannot run this case here: above the CPU "
+                                    "interpreter's limit)"]
+    several = summary_lines(records, {"A": "swiglu_backward", "B": "rmsnorm_backward", "C": "swiglu_backward"},
+                            {"swiglu_backward": "A", "rmsnorm_backward": "Z"})
+    assert "  at the acceptance case A:" in several
+    assert not any("case Z" in line for line in several)      # no records there: no block
