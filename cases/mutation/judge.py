@@ -17,7 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cases.mutation.worker import BASELINE, CaseDone, CaseFailed, CaseResult, End, Start, serve
@@ -30,7 +30,7 @@ BATCH = 40          # mutants compared in one golden pass (memory: 7 outputs eac
 class Judged:
     """Each kernel's result at each case it ran at (BASELINE: the unmutated kernel)."""
     results: dict[int, dict[str, CaseResult]] = field(default_factory=dict)     # index -> case -> result
-    timed_out: dict[int, str] = field(default_factory=dict)                     # index -> case it overran at
+    stopped: dict[int, tuple[str, str]] = field(default_factory=dict)   # index -> (case, why its process was stopped)
     failed_cases: dict[str, str] = field(default_factory=dict)                  # case -> why it judged nothing
 
 
@@ -56,11 +56,16 @@ class _Child:
 
 
 class Progress:
-    """``mutant i/N, elapsed, estimate`` on stderr, at most one line every ``every`` seconds."""
+    """``mutant i/N, elapsed, estimate`` on stderr, at most one line every ``every`` seconds. The
+    estimate is of the calls left if every mutant still alive survives the cases left (an upper
+    bound: most mutants die at the first case)."""
 
     def __init__(self, total_calls: int, mutants: int, stream=sys.stderr, every: float = 2.0):
         self.total, self.mutants, self.stream, self.every = max(total_calls, 1), mutants, stream, every
         self.done, self.start, self.last = 0, time.perf_counter(), 0.0
+
+    def expect(self, calls_left: int) -> None:
+        self.total = max(self.done + calls_left, 1)
 
     def call(self, index: int, case: str) -> None:
         self.done += 1
@@ -71,29 +76,31 @@ class Progress:
         elapsed = now - self.start
         estimate = elapsed / self.done * self.total
         print(f"mutant {index + 1}/{self.mutants} at {case}, elapsed {elapsed:.0f} s, "
-              f"estimate {estimate:.0f} s (at most)", file=self.stream, flush=True)
+              f"estimate {estimate:.0f} s in all (at most)", file=self.stream, flush=True)
 
 
 def judge(address: str, sources: dict[int, str], cases: Sequence[CaseSpec], *, timeout: float,
-          batch: int = BATCH, progress: Callable[[int, str], None] | None = None) -> Judged:
+          batch: int = BATCH, progress: Progress | None = None) -> Judged:
     """Every mutant of ``sources`` (index -> the mutated function) and the unmutated kernel at each case."""
     judged = Judged()
     alive = sorted(sources)
     used = {i: 0.0 for i in [BASELINE, *alive]}      # seconds of kernel calls so far
     child = _Child(address, sources, batch)
     try:
-        for spec in cases:
+        for n, spec in enumerate(cases):
             todo = list(alive)
+            if progress is not None:
+                progress.expect(len(alive) * (len(cases) - n))
             while True:
                 child.conn.send((spec, todo))
-                outcome, overran = _await(child, used, timeout, spec.id, progress)
+                outcome, overran, why = _await(child, used, timeout, spec.id, progress)
                 if overran is None:
                     break
                 child.stop(kill=True)
                 child = _Child(address, sources, batch)
-                judged.timed_out[overran] = spec.id
+                judged.stopped[overran] = (spec.id, why)
                 if overran == BASELINE:       # the case cannot judge anyone
-                    judged.failed_cases[spec.id] = f"the unmutated kernel ran past {timeout:g} s"
+                    judged.failed_cases[spec.id] = f"the unmutated kernel {why}"
                     outcome = None
                     break
                 todo.remove(overran)
@@ -119,26 +126,27 @@ def _kills(result: CaseResult, baseline: CaseResult | None) -> bool:
 
 
 def _await(child: _Child, used: dict[int, float], timeout: float, case: str, progress):
-    """The child's answer for one case, or (None, index) of the kernel whose call overran."""
+    """(the child's answer for one case, None, None), or (None, index, why) of the kernel whose call
+    overran or whose process died in it."""
     active, started = None, 0.0
     while True:
         wait = None if active is None else max(0.0, timeout - used[active] - (time.perf_counter() - started))
         if not child.conn.poll(wait):
             used[active] += time.perf_counter() - started
-            return None, active
+            return None, active, f"ran past its {timeout:g} s timeout"
         try:
             message = child.conn.recv()
         except (EOFError, ConnectionResetError):    # the child died (a segfault in a mutant, the OOM killer)
             if active is None:
                 raise RuntimeError(f"the mutants' process died at case {case} between kernel calls") from None
             used[active] += time.perf_counter() - started
-            return None, active
+            return None, active, f"crashed its process (exit code {child.process.exitcode})"
         if isinstance(message, Start):
             active, started = message.index, time.perf_counter()
             if progress is not None and active != BASELINE:
-                progress(active, case)
+                progress.call(active, case)
         elif isinstance(message, End):
             used[message.index] += time.perf_counter() - started
             active = None
         else:
-            return message, None
+            return message, None, None

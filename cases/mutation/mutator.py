@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ast
 import copy
+import inspect
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 BINOP_SWAPS = {ast.Add: [ast.Sub], ast.Sub: [ast.Add], ast.Mult: [ast.Div, ast.Add], ast.Div: [ast.Mult]}
@@ -25,17 +27,20 @@ class MutationPlan:
     ``swaps``: groups of same-shape names an author could confuse (each read is offered every other
     name of its group); ``float_intermediates``: FP32 values a store could round to BF16;
     ``bf16_names``: names staged through FP16 back to BF16 (every other name is staged back to
-    FP32); ``returned_pairs``: keys of a returned dict literal whose values can be swapped."""
+    FP32); ``returned_pairs``: keys of a returned dict literal whose values can be swapped;
+    ``opaque``: names that are not values (modules, functions), never staged or rounded."""
     swaps: tuple[tuple[str, ...], ...] = ()
     float_intermediates: tuple[str, ...] = ()
     bf16_names: tuple[str, ...] = ()
     returned_pairs: tuple[tuple[str, str], ...] = ()
+    opaque: tuple[str, ...] = ("torch",)
 
 
-def plan_for(operator, function: ast.FunctionDef) -> MutationPlan:
+def plan_for(operator, function: ast.FunctionDef, namespace: Mapping[str, object] | None = None) -> MutationPlan:
     """The plan an operator's declaration gives for ``function``: its inputs and its outputs
     grouped by declared shape are the swaps; names the function assigns that are neither an input
-    nor an output are its FP32 intermediates; inputs and outputs are BF16."""
+    nor an output are its FP32 intermediates; inputs and outputs are BF16; the modules, classes and
+    functions of its ``namespace`` are opaque."""
     inputs = {t.name: tuple(t.dims) for t in operator.inputs}
     outputs = {o.name: tuple(o.dims) for o in operator.outputs}
     groups = []
@@ -50,8 +55,9 @@ def plan_for(operator, function: ast.FunctionDef) -> MutationPlan:
             assigned.append(node.id)
     intermediates = tuple(n for n in assigned if n not in inputs and n not in outputs)
     pairs = tuple((a, b) for g in groups if g[0] in outputs for i, a in enumerate(g) for b in g[i + 1:])
+    opaque = ("torch", *(n for n, v in (namespace or {}).items() if inspect.ismodule(v) or callable(v)))
     return MutationPlan(swaps=tuple(groups), float_intermediates=intermediates,
-                        bf16_names=tuple(inputs) + tuple(outputs), returned_pairs=pairs)
+                        bf16_names=tuple(inputs) + tuple(outputs), returned_pairs=pairs, opaque=opaque)
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,7 @@ class _Mutator(ast.NodeTransformer):
             return node
         group = next((g for g in self.plan.swaps if node.id in g), ())
         alternatives = [(f"{node.id} -> {other}", ast.Name(other, ast.Load())) for other in group if other != node.id]
-        if node.id != "torch":
+        if node.id not in self.plan.opaque:
             staged_to = "bfloat16" if node.id in self.plan.bf16_names else "float32"
             alternatives.append((f"{node.id} -> {node.id} staged through FP16",
                                  _call(_call(ast.Name(node.id, ast.Load()), "half"), "to", _torch(staged_to))))

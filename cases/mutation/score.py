@@ -104,7 +104,7 @@ class MutationScore:
 
 
 def _worst(results: dict[str, CaseResult], field_name: str = "ulp_max") -> float | None:
-    values = [m[field_name] for r in results.values() for m in r.fp64.values() if field_name in m]
+    values = [m[field_name] for r in results.values() for m in r.fp64.values() if m.get(field_name) is not None]
     return max(values) if values else None
 
 
@@ -118,7 +118,8 @@ def _fp64_or_better(mine: dict[str, CaseResult], base: dict[str, CaseResult]) ->
             return False
         for output, errors in result.fp64.items():
             for name in ("ulp_max", "ulp_p99", "max_abs_err"):
-                if name in errors and not errors[name] <= reference.fp64[output].get(name, math.inf):
+                value, theirs = errors.get(name), reference.fp64[output].get(name)
+                if value is not None and not value <= (math.inf if theirs is None else theirs):
                     return False
     return True
 
@@ -134,7 +135,7 @@ def _baseline_failures(judged: Judged) -> dict[str, str]:
 
 
 def triage(edits: Sequence[Edit], judged: Judged, cases: Sequence[str], legitimate: dict[str, str],
-           fp64_or_better: bool, timeout: float) -> list[MutantVerdict]:
+           fp64_or_better: bool) -> list[MutantVerdict]:
     base = judged.results.get(BASELINE, {})
     verdicts = []
     for e in edits:
@@ -142,8 +143,8 @@ def triage(edits: Sequence[Edit], judged: Judged, cases: Sequence[str], legitima
         v = MutantVerdict(e.index, e.line, e.edit, "", "", fp64_ulp_max=_worst(mine),
                           ulp_from_baseline=max((r.ulp_from_baseline for r in mine.values()), default=0.0))
         for case in cases:
-            if e.index in judged.timed_out and judged.timed_out[e.index] == case:
-                v.verdict, v.detail, v.killed_at = "contract", f"{case}: ran past its {timeout:g} s timeout", case
+            if judged.stopped.get(e.index, ("",))[0] == case:
+                v.verdict, v.detail, v.killed_at = "contract", f"{case}: {judged.stopped[e.index][1]}", case
                 break
             r = mine.get(case)
             if r is None:
@@ -177,14 +178,14 @@ def score_kernel(address: str, operator: Operator, cases: Sequence[CaseSpec], *,
     """Mutate the function at ``address`` and judge each mutant by ``operator``'s gate at ``cases``
     (in the order given)."""
     kernel = read_kernel(address)
-    edits = mutants(kernel.function, plan or plan_for(operator, kernel.function))[:limit]
+    edits = mutants(kernel.function, plan or plan_for(operator, kernel.function, {**kernel.globals, **kernel.closure}))[:limit]
     start = time.perf_counter()
     meter = Progress(len(edits) * len(cases), len(edits)) if progress else None
     judged = judge(address, {e.index: e.source for e in edits}, cases, timeout=timeout, batch=batch,
-                   progress=meter.call if meter else None)
+                   progress=meter)
     ids = [c.id for c in cases]
     return MutationScore(address, operator.name, ids,
-                         triage(edits, judged, ids, LEGITIMATE.get(operator.name, {}), fp64_or_better, timeout),
+                         triage(edits, judged, ids, LEGITIMATE.get(operator.name, {}), fp64_or_better),
                          baseline_failures=_baseline_failures(judged),
                          baseline_fp64_ulp_max=_worst(judged.results.get(BASELINE, {})),
                          seconds=time.perf_counter() - start)
