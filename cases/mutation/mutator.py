@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import inspect
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,8 +38,8 @@ class MutationPlan:
 def plan_for(operator, function: ast.FunctionDef, namespace: Mapping[str, object] | None = None) -> MutationPlan:
     """The plan an operator's declaration gives for ``function``: its inputs and its outputs
     grouped by declared shape are the swaps; names the function assigns that are neither an input
-    nor an output are its FP32 intermediates; inputs and outputs are BF16; the modules, classes and
-    functions of its ``namespace`` are opaque."""
+    nor an output are its FP32 intermediates; inputs and outputs are BF16; the names it reads from
+    its ``namespace`` (module globals, closure) are opaque."""
     inputs = {t.name: tuple(t.dims) for t in operator.inputs}
     outputs = {o.name: tuple(o.dims) for o in operator.outputs}
     groups = []
@@ -55,7 +54,10 @@ def plan_for(operator, function: ast.FunctionDef, namespace: Mapping[str, object
             assigned.append(node.id)
     intermediates = tuple(n for n in assigned if n not in inputs and n not in outputs)
     pairs = tuple((a, b) for g in groups if g[0] in outputs for i, a in enumerate(g) for b in g[i + 1:])
-    opaque = ("torch", *(n for n, v in (namespace or {}).items() if inspect.ismodule(v) or callable(v)))
+    # a name the function reads from its module or closure (a module, a helper, a schedule, a flag)
+    # is not one of its tensors: staging it through FP16 only raises
+    parameters = {a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
+    opaque = ("torch", *(n for n in (namespace or {}) if n not in parameters and n not in assigned))
     return MutationPlan(swaps=tuple(groups), float_intermediates=intermediates,
                         bf16_names=tuple(inputs) + tuple(outputs), returned_pairs=pairs, opaque=opaque)
 
