@@ -1,0 +1,131 @@
+"""``python -m accuracy mutate KERNEL``: hand-written kernels of the toy operator (``tests.operators.toy``,
+y = a * b * s and z = sum over M of a * b) whose every mutant's verdict can be reasoned out, judged
+at one 3 x 8 case (about 0.1 s a mutant after a child process's 3 s start)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import operators
+from cases.mutation.__main__ import main
+from cases.mutation.mutator import mutants, plan_for
+from cases.mutation.source import read_kernel
+
+TOY = "tests.operators.toy"
+CASE = "M3-N8-unit-s0"
+HEADER = """\
+import torch
+
+from tests.operators.toy import TORCH_BF16
+
+
+def _outputs(p, s):
+    return {"y": (p.float() * s.float()).to(torch.bfloat16), "z": p.float().sum(0, keepdim=True).to(torch.bfloat16)}
+"""
+FOOTER = "\n\nkernel.schedule = TORCH_BF16\n"
+
+
+def _kernel(tmp_path, body: str, name: str = "kernel.py") -> str:
+    path = tmp_path / name
+    path.write_text(HEADER + "\n\n" + textwrap.dedent(body) + FOOTER)
+    return f"{path}:kernel"
+
+
+def _run(capsys, address: str, *extra: str) -> dict:
+    out = capsys.readouterr().out   # nothing before
+    path = address.partition(":")[0] + ".json"
+    assert main([address, "--operator", TOY, "--cases", CASE, "--json", path, *extra]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(open(path).read())
+    result["markdown"] = out
+    return result
+
+
+def _verdicts(result: dict) -> dict[str, str]:
+    return {m["edit"]: m["verdict"] for m in result["population"]}
+
+
+def test_counts_of_a_kernel_whose_every_edit_is_known(tmp_path, capsys):
+    """The product a * b in FP32, stored in BF16 (the toy's legitimate choice, declared by its
+    schedule): dropping the store or storing in FP16 instead is closer to FP64 (equivalent); a
+    .float() dropped or a BF16 input staged through FP16 changes no bit at unit scale (equivalent);
+    the four edits of the product and the two swaps of a and b are killed by the gate."""
+    address = _kernel(tmp_path, """\
+        def kernel(*, a, b, s):
+            return _outputs((a.float() * b.float()).to(torch.bfloat16), s)
+        """)
+    result = _run(capsys, address)
+    verdicts = _verdicts(result)
+    assert verdicts[".to(...) dropped"] == verdicts[".to(bfloat16) -> .half()"] == "equivalent"
+    fp64_or_better = [m for m in result["population"] if m["detail"].startswith("FP64-or-better")]
+    assert [m["edit"] for m in fp64_or_better] == [".to(...) dropped", ".to(bfloat16) -> .half()"]
+    killed = {"Mult -> Div", "Mult -> Add", "Mult: right operand dropped (b.float())",
+              "Mult: left operand dropped (a.float())", "a -> b", "b -> a"}
+    assert {e for e, v in verdicts.items() if v == "gate"} == killed
+    assert (result["mutants"], result["contract"], result["gate"], result["equivalent"], result["survived"]) == \
+        (13, 0, 6, 7, 0)
+    assert result["score"] == 1.0 and result["kills_per_case"] == {CASE: 6}
+    assert all(m["killed_at"] == CASE for m in result["population"] if m["verdict"] == "gate")
+    assert "| 0 | 6 | 7 | 0 | 100.0% |" in result["markdown"]
+
+
+def test_a_mutant_that_raises_or_hangs_is_killed_and_the_tool_finishes(tmp_path, capsys):
+    """``left`` is an int: staging it through FP16 raises AttributeError; ``left + 1`` never ends the loop."""
+    address = _kernel(tmp_path, """\
+        def kernel(*, a, b, s):
+            left = 1
+            while left > 0:
+                left = left - 1
+            return _outputs((a.float() * b.float()).to(torch.bfloat16), s)
+        """)
+    kernel = read_kernel(address)
+    edits = [e.edit for e in mutants(kernel.function, plan_for(operators.get(TOY), kernel.function, kernel.globals))]
+    hang = edits.index("Sub -> Add")
+    result = _run(capsys, address, "--timeout", "3", "--limit", str(hang + 2))
+    by_edit = {(m["line"], m["edit"]): m for m in result["population"]}
+    raised = by_edit[(12, "left -> left staged through FP16")]
+    assert raised["verdict"] == "contract" and "AttributeError" in raised["detail"]
+    # ``left = left + 1`` and then ``left = left``: two hangs in a row, the second in the restarted process
+    hung = result["population"][hang:]
+    assert [m["edit"] for m in hung] == ["Sub -> Add", "Sub: right operand dropped (1)"]
+    assert all(m["verdict"] == "contract" and "ran past its 3 s timeout" in m["detail"] for m in hung)
+    assert all("timeout" not in m["detail"] for m in result["population"][:hang])
+    assert by_edit[(11, "left negated")]["verdict"] == "equivalent"     # the loop never runs: same bits
+
+
+def test_a_wrong_unmutated_kernel_is_reported_and_only_new_failures_kill(tmp_path, capsys):
+    """z sums from row 1 (the first row dropped): the unmutated kernel fails z, so an edit of z
+    alone (sum -> mean) cannot be killed by it, while an edit of y is."""
+    address = _kernel(tmp_path, """\
+        def kernel(*, a, b, s):
+            p = (a.float() * b.float()).to(torch.bfloat16)
+            return {"y": (p.float() * s.float()).to(torch.bfloat16),
+                    "z": p[1:].float().sum(0, keepdim=True).to(torch.bfloat16)}
+        """)
+    result = _run(capsys, address)
+    assert result["baseline_failures"] == {CASE: "fails z"}
+    assert "fails its baseline" in result["markdown"]
+    verdicts = _verdicts(result)
+    assert verdicts["sum -> mean"] == "survived"
+    y_edits = [m for m in result["population"] if m["line"] == 12 and m["edit"] == "Mult -> Div"]
+    assert y_edits and all(m["verdict"] == "gate" and m["detail"].endswith(": y") for m in y_edits)
+
+
+@pytest.mark.parametrize("address", ["no_such_module_for_mutate:kernel", "missing_dir/kernel.py:kernel",
+                                     "tests.operators.toy.backends:no_such_function", "no-colon"])
+def test_an_address_that_does_not_resolve_exits_2_with_one_line(address, capsys):
+    assert main([address, "--operator", TOY, "--cases", CASE]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
+
+
+def test_python_m_accuracy_mutate_reaches_the_command():
+    proc = subprocess.run([sys.executable, "-m", "accuracy", "mutate", "no_such_module_for_mutate:kernel"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and "no_such_module_for_mutate" in proc.stderr
