@@ -99,7 +99,16 @@ def pytest_addoption(parser):
                     help="the verdict a cell is gated on: absolute (the operator's rtol/atol criterion with the "
                          "allowance of its legitimate choices), dual (msprobe's ratios to --benchmark), or both "
                          "(default: absolute)")
+    group.addoption("--drift-seeds", type=int, default=DRIFT_SEEDS, metavar="N",
+                    help="seeds of the drift study a run with --report-dir makes beside its cells for the "
+                         f"report's drift figure (default {DRIFT_SEEDS}; 0: none)")
 
+
+# The drift study a report gets from its own run: every M of the operator's study grid at its
+# acceptance profile, 3 seeds (34 s of one core for SwiGLU at K=64, N=128). Its crossings are
+# those of the 20-seed study within its bracket of M or the next (db 48,662 against 44,935;
+# dw 39,478 against 31,737, docs/drift/drift.md): bands over 3 seeds are their extremes.
+DRIFT_SEEDS = 3
 
 # Upper bounds of the numeric options, each far above any real use and low enough that a typo
 # (an extra zero or ten) is refused instead of planning for hours or days:
@@ -126,6 +135,7 @@ def pytest_configure(config):
             "$ACCURACY_OPERATOR is no longer read: name the operators with --operator (repeatable)"), stacklevel=2)
     _check_range("--seeds", config.getoption("--seeds", default=1), 1, MAX_SEEDS)
     _check_range("--repeats", config.getoption("--repeats", default=1), 1, MAX_REPEATS)
+    _check_range("--drift-seeds", config.getoption("--drift-seeds", default=DRIFT_SEEDS), 0, MAX_SEEDS)
     timeout = config.getoption("--cell-timeout", default=1800.0)
     if not (math.isfinite(timeout) and timeout > 0):
         raise pytest.UsageError(f"--cell-timeout must be a finite number of seconds > 0, got {timeout!r}")
@@ -343,7 +353,22 @@ def _addressed_to(config, operator, option: str) -> tuple[str, ...]:
     return tuple(mine)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    """The drift study (``cases/test_drift_figure.py``) is made for a report: a run without
+    --report-dir, or with --drift-seeds 0, does not collect it."""
+    if name == "test_drift_study" and collector.name == "test_drift_figure.py":
+        config = collector.config
+        if not config.getoption("--report-dir", default=None) or not config.getoption("--drift-seeds", default=0):
+            return []
+    return None
+
+
 def pytest_generate_tests(metafunc):
+    if "study_operator" in metafunc.fixturenames:
+        keys = [operators.key(op) for op in run_operators(metafunc.config) if op.reduction_outputs]
+        metafunc.parametrize("study_operator", [pytest.param(k, id=k, marks=pytest.mark.xdist_group(f"drift-{k}"))
+                                                for k in keys])
     if "cell" not in metafunc.fixturenames:
         return
     config = metafunc.config

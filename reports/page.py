@@ -27,7 +27,7 @@ from reports import plots as P
 from reports import tile_drift
 from reports.drift_study_figures import StudyUnreadable, draw, load_study
 from reports.plots import study_shape_label
-from runs.results import load_records, load_results, write_text_atomic
+from runs.results import DRIFT_STUDIES, load_records, load_results, write_text_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
 PLOTS = "plots"
@@ -158,11 +158,14 @@ def _run_plot_jobs(jobs: list, processes: int | None) -> int:
     return processes
 
 
-def _drift_study(out: Path, source, img, op, strict: bool) -> dict | None:
+def _drift_study(out: Path, source, img, op, strict: bool, results_file: str | None = None) -> dict | None:
     """The drift study's figures (drawn from its JSON next to the page) and crossing table, when
-    there is one of ``op``; a study of another operator is left out, or refused where ``strict``
-    (one asked for by name on a page of one operator)."""
+    there is one of ``op``: the one named, else ``OUT/drift``, else the run's own (made beside its
+    cells for its report, ``RUN/drift/<operator>``); a study of another operator is left out, or
+    refused where ``strict`` (one asked for by name on a page of one operator)."""
     folder = Path(source) if source is not None else out / "drift"
+    if source is None and not (folder / "drift.json").is_file() and results_file:
+        folder = Path(results_file).parent / DRIFT_STUDIES / operators.key(op)
     if source is None and not (folder / "drift.json").is_file():
         return None
     try:
@@ -181,7 +184,8 @@ def _drift_study(out: Path, source, img, op, strict: bool) -> dict | None:
         figures.append({"family": fam, "src": rel})
     cfg = study["config"]
     return {"figures": figures, "table": study["table"], "config": cfg, "shape": study_shape_label(study, cfg["shape"]),
-            "wall_s": study.get("wall_s"), "source": str(folder), "shape_check": study.get("shape_check")}
+            "wall_s": study.get("wall_s"), "source": str(folder), "shape_check": study.get("shape_check"),
+            "run": study.get("run")}
 
 
 # --------------------------------------------------------------------------- render
@@ -336,7 +340,7 @@ def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_
         except Exception as exc:   # noqa: BLE001 - the rest of the page is still worth having
             td, td_why = None, f"the tile drift heatmap failed: {type(exc).__name__}: {exc}"
 
-    study = _drift_study(out, drift_study, img, op, study_strict)
+    study = _drift_study(out, drift_study, img, op, study_strict, data.get("source"))
 
     skipped = [{"case": idx.cases[c], "backend": b, "status": str(r.get("status", "error")),
                 "message": str(r.get("message", "")), "anchor": D.row_anchor(c, b, "*")}

@@ -29,6 +29,8 @@ from contract.records import READABLE_SCHEMAS, SCHEMA_VERSION, RecordSchemaError
 
 RUNS = "runs"
 LATEST = "latest"
+# a run's own drift studies (``cases.drift_study``, made for its report), one folder per operator key
+DRIFT_STUDIES = "drift"
 KEEP_FINISHED_RUNS = 20      # older finished runs are pruned; unfinished ones are never touched
 TMP_PREFIX = ".tmp-"
 
