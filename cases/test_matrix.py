@@ -15,7 +15,8 @@ import pytest
 import operators
 from accuracy.dual import DEFAULT_BENCHMARK
 from accuracy.gate import AccuracyError
-from runs.results import _safe, to_json, write_atomic, write_cell
+from runs.results import _safe, cell_path, to_json, write_atomic, write_cell
+from runs.resume import CARRIED, GOLDENS
 from cases import expectations
 from cases.devices import golden_device
 from cases.evaluate import evaluate_case, golden_records, records_for
@@ -49,7 +50,10 @@ def _evaluate(config, spec) -> dict:
                             isolate=not config.getoption("--no-isolation"),
                             cell_timeout=config.getoption("--cell-timeout"), repeats=config.getoption("--repeats"),
                             benchmark=bench)
-    write_cell(shard_dir(config), _worker(config), f"{spec.id}--goldens", golden_records(outcome))
+    if not cell_path(shard_dir(config), CARRIED, f"{spec.id}--{GOLDENS}").exists():
+        # a resumed run keeps its source's goldens of a case: those of the whole case, where this
+        # evaluation may hold only the backends that had no record there
+        write_cell(shard_dir(config), _worker(config), f"{spec.id}--{GOLDENS}", golden_records(outcome))
     cells = {}
     for b in backends:
         def judge(output, golden, passed, metrics, name=b.name):
