@@ -78,6 +78,11 @@ def pytest_addoption(parser):
                          "the new ones; RUN: a results directory (its newest run, finished or not), a run folder "
                          "or results file; its manifest must match this run's (operators, profile, selection, "
                          "framework commit)")
+    group.addoption("--save-failing", default=None, metavar="DIR",
+                    help="for every failing cell (a gated output failed, errored, crashed or timed out) write "
+                         "DIR/<case id>/<backend>/: the case's inputs and the backend's outputs as safetensors, the "
+                         "cell's records and rerun.sh, its verdict again from those files with --inputs; DIR must "
+                         "not be a results directory or run folder")
     group.addoption("--device", default="cpu", help="device the inputs, backends and goldens run on (cpu, cuda)")
     group.addoption("--cell-timeout", type=float, default=1800.0, metavar="SECONDS",
                     help="longest a backend call may take before its process is killed and the cell recorded "
@@ -174,6 +179,7 @@ def pytest_configure(config):
                                     f"with itself shows no change; give a previous run's results directory")
         _check_report_paths(config)
         _check_resume(config)
+        config.stash[SAVE_FAILING] = _save_failing_folder(config)
 
 
 def _check_report_paths(config) -> None:
@@ -203,6 +209,33 @@ def _check_resume(config) -> None:
     mismatch = manifest_mismatch(resumed.manifest, run_manifest(config))
     if mismatch is not None:
         raise pytest.UsageError(f"--resume {config.getoption('--resume')} ({resumed.source}): {mismatch}")
+
+
+def _save_failing_folder(config) -> Path | None:
+    """--save-failing DIR, absolute, checked before any case runs: never a run's folder or results."""
+    option = config.getoption("--save-failing", default=None)
+    if option is None:
+        return None
+    folder = Path(option).resolve()
+    if folder == config.stash[RESULTS_ROOT]:
+        raise pytest.UsageError(f"--save-failing {option}: is this run's --results-dir; give a folder of its own")
+    try:
+        output_folder(folder, "--save-failing")
+    except OutputPathError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    return folder
+
+
+SAVE_FAILING = pytest.StashKey[object]()
+
+
+def save_failing_root(config) -> Path | None:
+    """Where failing cells are saved (``cases.save_failing``), in the controller and every worker."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        root = workerinput.get("swiglu_save_failing")
+        return None if root is None else Path(root)
+    return config.stash.get(SAVE_FAILING, None)
 
 
 OPERATORS = pytest.StashKey[list]()
@@ -538,6 +571,8 @@ def pytest_configure_node(node):
     node.workerinput["swiglu_run_id"] = run_id(node.config)
     node.workerinput["swiglu_manifest"] = run_manifest(node.config)
     node.workerinput["swiglu_results_root"] = str(results_root(node.config))
+    save_root = save_failing_root(node.config)
+    node.workerinput["swiglu_save_failing"] = None if save_root is None else str(save_root)
     resumed = resumed_run(node.config)
     node.workerinput["swiglu_resume"] = None if resumed is None else str(resumed.source)
 
