@@ -3,7 +3,8 @@
 Options: --operator NAME (an operator under test, repeatable; default the SwiGLU backward), --backend
 NAME|package.module:callable (repeatable), --profile quick|full|none, --case SIZES,SCALE[,SEED]
 and --inputs FILE.safetensors (repeatable), --seeds N, --results-dir DIR, --device cpu|cuda,
---chunk-rows N.
+--chunk-rows N, --failed-only RESULTS, --resume RUN (``runs.resume``), --save-failing DIR
+(``cases.save_failing``).
 Every cell of a case is pinned to one xdist worker (``xdist_group``) so the case's
 goldens are computed once, in one pass shared by its backends.
 
