@@ -629,10 +629,7 @@ def _start_run(config, planned) -> None:
     write_started(folder, manifest=run_manifest(config), planned=planned)
     resumed = resumed_run(config)
     if resumed is not None:
-        config.stash[CARRIED] = carry_over(resumed.records, shard_dir(config))
-
-
-CARRIED = pytest.StashKey[int]()
+        carry_over(resumed.records, shard_dir(config))
 
 
 @pytest.hookimpl(optionalhook=True)

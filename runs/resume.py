@@ -87,12 +87,11 @@ def _cell_name(record: dict) -> str:
     return f"{record.get('case')}--{backend}"
 
 
-def carry_over(records: list[dict], shard_root: str | os.PathLike) -> int:
+def carry_over(records: list[dict], shard_root: str | os.PathLike) -> None:
     """Write ``records`` into the new run's shards (``CARRIED``), one file per cell as the run
-    itself would; returns the number of cells written."""
+    itself would."""
     cells: dict[str, list[dict]] = {}
     for r in records:
         cells.setdefault(_cell_name(r), []).append(r)
     for name, cell in cells.items():
         write_cell(shard_root, CARRIED, name, cell)
-    return len(cells)
