@@ -68,7 +68,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
                   golden_device: str | None = None,
                   chunk_rows: int | None = None, isolate: bool = False,
                   cell_timeout: float | None = None, repeats: int = 1,
-                  benchmark: str | None = DEFAULT_BENCHMARK) -> CaseOutcome:
+                  benchmark: str | None = DEFAULT_BENCHMARK, keep_outputs: bool = False) -> CaseOutcome:
     """``isolate``: run each nameable backend in its own child process (``kernels.isolated``), so a
     crash or a hang (past ``cell_timeout`` seconds) costs only its own cell.
     ``repeats``: run each backend that many times; its run records whether the repeats are bit-identical
@@ -77,7 +77,9 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     ``benchmark``: the backend whose errors the dual-benchmark verdict divides by (``accuracy.dual``);
     it must be among ``backends`` for that verdict to exist.
     ``golden_device``: where the goldens and the comparison run when not on ``device`` (the host,
-    for a device without FP64: ``cases.devices``); inputs and outputs are moved there once."""
+    for a device without FP64: ``cases.devices``); inputs and outputs are moved there once.
+    ``keep_outputs``: leave each backend's outputs on its run after the comparison (``--save-failing``
+    writes those of failing cells); by default they are dropped as soon as they are compared."""
     operator = spec.declaration
     try:
         inputs = make_inputs(spec, device)
@@ -155,7 +157,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         outcome.error = f"case {spec.id}: goldens/compare failed: {type(exc).__name__}: {exc}"
         return outcome
     finally:
-        for run in runs.values():
+        for run in runs.values() if not keep_outputs else ():
             run.outputs = None     # the outputs of M=220000 are GBs; keep only the numbers
         del inputs, ok
         gc.collect()

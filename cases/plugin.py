@@ -3,7 +3,8 @@
 Options: --operator NAME (an operator under test, repeatable; default the SwiGLU backward), --backend
 NAME|package.module:callable (repeatable), --profile quick|full|none, --case SIZES,SCALE[,SEED]
 and --inputs FILE.safetensors (repeatable), --seeds N, --results-dir DIR, --device cpu|cuda,
---chunk-rows N.
+--chunk-rows N, --failed-only RESULTS, --resume RUN (``runs.resume``), --save-failing DIR
+(``cases.save_failing``).
 Every cell of a case is pinned to one xdist worker (``xdist_group``) so the case's
 goldens are computed once, in one pass shared by its backends.
 
@@ -33,7 +34,9 @@ from kernels.registry import BackendNotFound, resolve
 from runs.allocator import keep_freed_memory
 from runs.manifest import build as build_manifest
 from runs.output_paths import OutputPathError, output_folder, probe_writable
-from runs.results import ResultsNotFound, load_records, load_results, merge, point_latest, prune_finished, run_dir
+from runs.results import (ResultsNotFound, load_records, load_results, merge, point_latest, prune_finished, run_dir,
+                          write_started)
+from runs.resume import ResumedRun, carry_over, load_resumed, manifest_mismatch
 
 
 def pytest_addoption(parser):
@@ -70,6 +73,17 @@ def pytest_addoption(parser):
                     help="run only the cells (case, backend) that did not pass in that run (failed, errored, "
                          "crashed, timed out, or a known failure that passed): a results directory, run folder "
                          "or results file; the other options plan the matrix as usual")
+    group.addoption("--resume", default=None, metavar="RUN",
+                    help="continue a run that did not finish (its controller killed): run only the cells "
+                         "(case, backend) RUN has no record for, and write a new run holding RUN's records and "
+                         "the new ones; RUN: a results directory (its newest run, finished or not), a run folder "
+                         "or results file; its manifest must match this run's (operators, profile, selection, "
+                         "framework commit)")
+    group.addoption("--save-failing", default=None, metavar="DIR",
+                    help="for every failing cell (a gated output failed, errored, crashed or timed out) write "
+                         "DIR/<case id>/<backend>/: the case's inputs and the backend's outputs as safetensors, the "
+                         "cell's records and rerun.sh, its verdict again from those files with --inputs; DIR must "
+                         "not be a results directory or run folder")
     group.addoption("--device", default="cpu", help="device the inputs, backends and goldens run on (cpu, cuda)")
     group.addoption("--cell-timeout", type=float, default=1800.0, metavar="SECONDS",
                     help="longest a backend call may take before its process is killed and the cell recorded "
@@ -130,6 +144,7 @@ def _check_range(option: str, value, low, high) -> None:
 def pytest_configure(config):
     run_operators(config)
     failed_cells(config)           # an unreadable --failed-only run stops here, naming it
+    resumed_run(config)            # so does an unreadable --resume run
     if os.environ.get("ACCURACY_OPERATOR") and not hasattr(config, "workerinput"):
         config.issue_config_time_warning(pytest.PytestConfigWarning(
             "$ACCURACY_OPERATOR is no longer read: name the operators with --operator (repeatable)"), stacklevel=2)
@@ -174,6 +189,8 @@ def pytest_configure(config):
             raise pytest.UsageError(f"--baseline {baseline} is this run's own --results-dir: a run compared "
                                     f"with itself shows no change; give a previous run's results directory")
         _check_report_paths(config)
+        _check_resume(config)
+        config.stash[SAVE_FAILING] = _save_failing_folder(config)
 
 
 def _check_report_paths(config) -> None:
@@ -193,6 +210,43 @@ def _check_report_paths(config) -> None:
             load_results(baseline)
         except ResultsNotFound as exc:
             raise pytest.UsageError(f"--baseline {baseline}: {exc}") from exc
+
+
+def _check_resume(config) -> None:
+    """The run being resumed must have been planned and judged as this one will be."""
+    resumed = resumed_run(config)
+    if resumed is None:
+        return
+    mismatch = manifest_mismatch(resumed.manifest, run_manifest(config))
+    if mismatch is not None:
+        raise pytest.UsageError(f"--resume {config.getoption('--resume')} ({resumed.source}): {mismatch}")
+
+
+def _save_failing_folder(config) -> Path | None:
+    """--save-failing DIR, absolute, checked before any case runs: never a run's folder or results."""
+    option = config.getoption("--save-failing", default=None)
+    if option is None:
+        return None
+    folder = Path(option).resolve()
+    if folder == config.stash[RESULTS_ROOT]:
+        raise pytest.UsageError(f"--save-failing {option}: is this run's --results-dir; give a folder of its own")
+    try:
+        output_folder(folder, "--save-failing")
+    except OutputPathError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    return folder
+
+
+SAVE_FAILING = pytest.StashKey[object]()
+
+
+def save_failing_root(config) -> Path | None:
+    """Where failing cells are saved (``cases.save_failing``), in the controller and every worker."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        root = workerinput.get("swiglu_save_failing")
+        return None if root is None else Path(root)
+    return config.stash.get(SAVE_FAILING, None)
 
 
 OPERATORS = pytest.StashKey[list]()
@@ -440,6 +494,26 @@ def failed_cells(config) -> set[tuple[str, str]] | None:
     return config.stash[FAILED_CELLS]
 
 
+RESUMED = pytest.StashKey[object]()
+
+
+def resumed_run(config) -> ResumedRun | None:
+    """The --resume run, read once per process (workers read the run the controller resolved, so a
+    results directory's newest run is the same one everywhere); None without the option."""
+    if RESUMED not in config.stash:
+        workerinput = getattr(config, "workerinput", None)
+        source = (workerinput.get("swiglu_resume") if workerinput is not None
+                  else config.getoption("--resume", default=None))
+        run = None
+        if source is not None:
+            try:
+                run = load_resumed(source)
+            except ResultsNotFound as exc:
+                raise pytest.UsageError(f"--resume {source}: {exc}") from exc
+        config.stash[RESUMED] = run
+    return config.stash[RESUMED]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
     # this shard's cases (the same assignment on every worker and machine: it depends on the ids)
@@ -451,6 +525,9 @@ def pytest_collection_modifyitems(session, config, items):
     failed = failed_cells(config)
     if failed is not None:      # the cells that did not pass in that run (tests that are not cells stay)
         _keep(config, items, lambda it: (cell := _cell_of(it)) is None or cell in failed)
+    resumed = resumed_run(config)
+    if resumed is not None:     # the cells the resumed run has no record for
+        _keep(config, items, lambda it: (cell := _cell_of(it)) is None or cell not in resumed.done)
     # which backends each case will run on this session, after -k / -m deselection (trylast)
     if not hasattr(config, "workerinput"):
         _record_planned(config, [item.nodeid for item in items])
@@ -511,6 +588,8 @@ def run_selection(config) -> dict:
             "acceptance_backends": list(dict.fromkeys(n for op in run_operators(config)
                                                       for n in acceptance_backend_names(config, op))),
             "gate": config.getoption("--gate"), "failed_only": config.getoption("--failed-only", default=None),
+            "repeats": config.getoption("--repeats", default=1),
+            "resume": config.getoption("--resume", default=None),
             "markexpr": config.getoption("markexpr", default="") or "",
             "keyword": config.getoption("keyword", default="") or "",
             "shard": {"id": config.getoption("--shard-id"), "count": config.getoption("--num-shards"),
@@ -536,6 +615,10 @@ def pytest_configure_node(node):
     node.workerinput["swiglu_run_id"] = run_id(node.config)
     node.workerinput["swiglu_manifest"] = run_manifest(node.config)
     node.workerinput["swiglu_results_root"] = str(results_root(node.config))
+    save_root = save_failing_root(node.config)
+    node.workerinput["swiglu_save_failing"] = None if save_root is None else str(save_root)
+    resumed = resumed_run(node.config)
+    node.workerinput["swiglu_resume"] = None if resumed is None else str(resumed.source)
 
 
 def pytest_sessionstart(session):
@@ -569,13 +652,27 @@ def _param_cells(config) -> dict[str, tuple[str, str]]:
 
 def _record_planned(config, nodeids) -> None:
     cells = _param_cells(config)
-    planned = []
+    resumed = resumed_run(config)
+    # a resumed run plans the cells its source has records for too: the new run is the whole run
+    planned = [c for c in cells.values() if c in resumed.done] if resumed is not None else []
     for nodeid in nodeids:
         if "test_cell[" in nodeid:
             param = nodeid.split("test_cell[", 1)[1].rsplit("]", 1)[0]
             if param in cells:
                 planned.append(cells[param])
     config.stash[PLANNED] = planned
+    if planned:
+        _start_run(config, planned)
+
+
+def _start_run(config, planned) -> None:
+    """Before any cell runs: the manifest and plan in the run folder (all a killed run would
+    otherwise lack to be resumed), and the resumed run's records carried into its shards."""
+    folder = run_folder(config)
+    write_started(folder, manifest=run_manifest(config), planned=planned)
+    resumed = resumed_run(config)
+    if resumed is not None:
+        carry_over(resumed.records, shard_dir(config))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -607,6 +704,7 @@ def pytest_sessionfinish(session, exitstatus):
                                           {operators.key(op): acceptance_case(op).id for op in run_operators(config)})
     if merged["missing"] or merged["unreadable_shards"]:
         session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))
+    _resumed_exit_status(session, merged["records"])
     report_dir = config.getoption("--report-dir")
     if report_dir:
         try:
@@ -616,6 +714,24 @@ def pytest_sessionfinish(session, exitstatus):
             config.stash[REPORT] = f"FAILED to render the report: {type(exc).__name__}: {exc}"
 
 
+def _resumed_exit_status(session, records) -> None:
+    """A resumed run's status is the whole run's: a carried cell that did not pass fails it, as it
+    failed its own run; a resume with nothing left to run is no empty session."""
+    resumed = resumed_run(session.config)
+    if resumed is None:
+        return
+    carried = {cell: status for cell, status in cell_verdicts(records).items() if cell in resumed.done}
+    failing = sum(status in NOT_PASSED for status in carried.values())
+    if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK
+    if failing:
+        session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))
+    ran = len(session.config.stash.get(PLANNED, [])) - len(carried)
+    session.config.stash[RESUMED_LINE] = (f"resumed {resumed.source}: {len(carried)} cells carried over "
+                                          f"({failing} did not pass), {ran} run now")
+
+
+RESUMED_LINE = pytest.StashKey[str]()
 MERGED = pytest.StashKey[tuple]()
 SUMMARY = pytest.StashKey[list]()
 REPORT = pytest.StashKey[str]()
@@ -634,6 +750,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     merged = config.stash.get(MERGED, None)
     if merged is not None:
         terminalreporter.write_line(gate_line(config))
+        if RESUMED_LINE in config.stash:
+            terminalreporter.write_line(config.stash[RESUMED_LINE])
         path, missing, unreadable = merged
         for cell in missing:
             terminalreporter.write_line(f"MISSING: case {cell['case']}, backend {cell['backend']!r}: planned, "

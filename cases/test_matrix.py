@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shlex
 
 import pytest
 
 import operators
 from accuracy.dual import DEFAULT_BENCHMARK
 from accuracy.gate import AccuracyError
-from runs.results import _safe, to_json, write_atomic, write_cell
+from runs.results import _safe, cell_path, to_json, write_atomic, write_cell
+from runs.resume import CARRIED, GOLDENS
 from cases import expectations
 from cases.devices import golden_device
 from cases.evaluate import evaluate_case, golden_records, records_for
 from cases.matrix import PROFILES
-from cases.plugin import CELLS, _worker, benchmark_name, case_device, platform_facts, run_folder, shard_dir
+from cases.plugin import (CELLS, _worker, benchmark_name, case_device, platform_facts, run_folder, save_failing_root,
+                          shard_dir)
+from cases.save_failing import is_failing, save_failing_cell
+from cases.spec import make_inputs
 from kernels.registry import resolve
 
 _CASES: dict = {}          # case id -> the case's evaluated cells (JSON), per worker process
@@ -43,14 +48,19 @@ def _evaluate(config, spec) -> dict:
         # its outputs are the dual verdict's denominator even where its own cells were deselected
         backends.append(resolve(operator, bench))
     device, facts = case_device(config), platform_facts(config)
+    save_root = save_failing_root(config)
     golden_dev = golden_device(device)
     outcome = evaluate_case(spec, backends, device=device, golden_device=golden_dev,
                             chunk_rows=config.getoption("--chunk-rows"),
                             isolate=not config.getoption("--no-isolation"),
                             cell_timeout=config.getoption("--cell-timeout"), repeats=config.getoption("--repeats"),
-                            benchmark=bench)
-    write_cell(shard_dir(config), _worker(config), f"{spec.id}--goldens", golden_records(outcome))
+                            benchmark=bench, keep_outputs=save_root is not None)
+    if not cell_path(shard_dir(config), CARRIED, f"{spec.id}--{GOLDENS}").exists():
+        # a resumed run keeps its source's goldens of a case: those of the whole case, where this
+        # evaluation may hold only the backends that had no record there
+        write_cell(shard_dir(config), _worker(config), f"{spec.id}--{GOLDENS}", golden_records(outcome))
     cells = {}
+    selected = {b.name for b in config.stash[CELLS][spec.id]}     # not the benchmark run for the dual verdict alone
     for b in backends:
         def judge(output, golden, passed, metrics, name=b.name):
             return expectations.judge_output(_expectations(operator), name, spec.id, output, golden, passed,
@@ -61,6 +71,14 @@ def _evaluate(config, spec) -> dict:
             r.update(device=device, golden_device=golden_dev)
         cells[b.name] = {"records": records,
                          "skipped": run.skipped if run else None, "error": run.error if run else None}
+        if save_root is not None and b.name in selected and is_failing(records):
+            rerun = rerun_command(config, spec, b.name)
+            save_failing_cell(save_root, case=spec.id, backend=b.name, inputs=make_inputs(spec),
+                              outputs=run.outputs if run else None,
+                              records=to_json([{**r, "rerun": rerun} for r in records]),
+                              verdict_options=verdict_options(config, spec))
+    for run in outcome.runs.values():
+        run.outputs = None
     return to_json({"error": outcome.error, "cells": cells})
 
 
@@ -86,12 +104,23 @@ def _release(spec, backend):
         del _CASES[spec.id], _PENDING[spec.id]
 
 
+def verdict_options(config, spec) -> list[str]:
+    """The options besides the case and backend that decide a cell's verdict, as this run gave them."""
+    args = ["--operator", spec.operator] if spec.operator != operators.DEFAULT else []
+    if case_device(config) != "cpu":
+        args += ["--device", case_device(config)]      # the worker's own device, gw<i> -> cuda:<i mod n>
+    if config.getoption("--repeats") > 1:
+        args += ["--repeats", str(config.getoption("--repeats"))]
+    if config.getoption("--gate") != "absolute":
+        args += ["--gate", config.getoption("--gate")]
+    if config.getoption("--benchmark") != DEFAULT_BENCHMARK:
+        args += ["--benchmark", config.getoption("--benchmark")]
+    return args
+
+
 def rerun_command(config, spec, backend: str) -> str:
     """One command that reruns this cell alone (its inputs regenerate from the case id)."""
-    import shlex
     args = ["pytest", "cases/", "-p", "no:xdist", "--backend", backend, "-k", f"{spec.id}-{backend}"]
-    if spec.operator != operators.DEFAULT:
-        args += ["--operator", spec.operator]
     profile = config.getoption("--profile")
     if spec.inputs_file is not None:                                   # an --inputs file
         args += ["--profile", "none", "--inputs", spec.inputs_file]
@@ -102,14 +131,7 @@ def rerun_command(config, spec, backend: str) -> str:
             args += ["--profile", profile]
         if spec.seed > 0:
             args += ["--seeds", str(spec.seed + 1)]
-    if case_device(config) != "cpu":
-        args += ["--device", case_device(config)]      # the worker's own device, gw<i> -> cuda:<i mod n>
-    if config.getoption("--repeats") > 1:
-        args += ["--repeats", str(config.getoption("--repeats"))]
-    if config.getoption("--gate") != "absolute":
-        args += ["--gate", config.getoption("--gate")]
-    if config.getoption("--benchmark") != DEFAULT_BENCHMARK:
-        args += ["--benchmark", config.getoption("--benchmark")]
+    args += verdict_options(config, spec)
     return "Rerun this cell alone: " + " ".join(shlex.quote(a) for a in args)
 
 

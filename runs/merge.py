@@ -35,7 +35,7 @@ class MergeError(ValueError):
     """The runs cannot be merged; the message names every problem."""
 
 
-def _get(manifest: dict, dotted: str):
+def manifest_field(manifest: dict, dotted: str):
     value = manifest
     for part in dotted.split("."):
         if not isinstance(value, dict) or part not in value:
@@ -70,22 +70,22 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path, *, absent_shards:
             problems.append(f"{name}: no run manifest with the run's selection (made before shards existed?)")
         manifests.append(manifest if isinstance(manifest, dict) else {})
     for key in MUST_AGREE:
-        values = {repr(_get(m, key)) for m in manifests}
+        values = {repr(manifest_field(m, key)) for m in manifests}
         if len(values) > 1:
             problems.append(f"manifests disagree on {key}: "
-                            + ", ".join(f"{n} has {_get(m, key)!r}" for n, m in zip(names, manifests)))
+                            + ", ".join(f"{n} has {manifest_field(m, key)!r}" for n, m in zip(names, manifests)))
 
-    count = _get(manifests[0], "selection.shard.count") or 1
+    count = manifest_field(manifests[0], "selection.shard.count") or 1
     seen_shards: dict[int, str] = {}
     for name, m in zip(names, manifests):
-        shard = _get(m, "selection.shard.id")
+        shard = manifest_field(m, "selection.shard.id")
         if shard is None:
             continue
         if shard in seen_shards:
             problems.append(f"shard {shard} of {count} appears twice: {seen_shards[shard]} and {name}")
         seen_shards.setdefault(shard, name)
     absent = [i for i in range(count) if i not in seen_shards and i not in absent_shards]
-    if absent and all(_get(m, "selection.shard.id") is not None for m in manifests):
+    if absent and all(manifest_field(m, "selection.shard.id") is not None for m in manifests):
         problems.append(f"shard(s) {', '.join(map(str, absent))} of {count} are not among the runs")
 
     records, owner, duplicates = [], {}, []
@@ -124,7 +124,7 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path, *, absent_shards:
                                     "shard": {"merged": count, "absent": list(absent_shards)}}
     merged_manifest["hosts"] = [{"run": run.get("run"), "source": name, "host": m.get("host"),
                                  "device": m.get("device"), "cpu": m.get("cpu"), "facts": m.get("facts"),
-                                 "shard": _get(m, "selection.shard.id")}
+                                 "shard": manifest_field(m, "selection.shard.id")}
                                 for name, run, m in zip(names, runs, manifests)]
     return _write(out, merged_manifest, names, planned, records, extra_missing)
 

@@ -2,6 +2,7 @@
 
 Layout under ``--results-dir`` (resolved to an absolute path when the run starts):
 
+    runs/<run>/manifest.json                 the run's manifest and planned cells, written before any cell
     runs/<run>/shards/<worker>/<cell>.json   one case x backend (or a case's goldens), by the worker
     runs/<run>/results.json                  the run's manifest, every record, the planned cells
                                              without a record, the shards that could not be read
@@ -10,7 +11,9 @@ Layout under ``--results-dir`` (resolved to an absolute path when the run starts
 A run writes only inside its own folder, so concurrent runs on one results
 directory never touch each other's data; the ``latest`` pointer is the only
 shared file. A crashed worker loses at most the cell it was computing, and the
-run's ``results.json`` lists that cell as missing. Temporary files of a killed
+run's ``results.json`` lists that cell as missing. A run whose controller was killed has no
+``results.json``; its folder still reads as a run (``load_results``: the manifest, every record
+its shards hold, ``unfinished``), so ``--resume`` can continue it. Temporary files of a killed
 writer never enter a merge; a shard that cannot be read is named and skipped.
 Non-finite floats are written as "inf", "-inf", "nan", so the files are strict JSON.
 """
@@ -31,6 +34,7 @@ RUNS = "runs"
 LATEST = "latest"
 # a run's own drift studies (``cases.drift_study``, made for its report), one folder per operator key
 DRIFT_STUDIES = "drift"
+STARTED = "manifest.json"    # in a run folder from its start: what a killed run leaves besides its shards
 KEEP_FINISHED_RUNS = 20      # older finished runs are pruned; unfinished ones are never touched
 TMP_PREFIX = ".tmp-"
 
@@ -102,8 +106,13 @@ def run_dir(results_root: str | os.PathLike, run: str) -> Path:
     return Path(results_root) / RUNS / run
 
 
+def cell_path(shard_root: str | os.PathLike, worker: str, cell: str) -> Path:
+    """Where ``write_cell`` puts a cell's records."""
+    return Path(shard_root) / _safe(worker) / f"{_safe(cell)}.json"
+
+
 def write_cell(shard_root: str | os.PathLike, worker: str, cell: str, records: list[dict]) -> Path:
-    path = Path(shard_root) / _safe(worker) / f"{_safe(cell)}.json"
+    path = cell_path(shard_root, worker, cell)
     write_atomic(path, {"schema": SCHEMA_VERSION, "records": checked(records, f"cell {cell}")})
     return path
 
@@ -152,6 +161,28 @@ def merge(run: str | os.PathLike, *, manifest: dict | None = None,
     return payload
 
 
+def write_started(run: str | os.PathLike, *, manifest: dict, planned: list[tuple[str, str]]) -> None:
+    """The run's manifest and planned cells, before any cell runs: all an unfinished run lacks."""
+    write_atomic(Path(run) / STARTED, {"schema": SCHEMA_VERSION, "manifest": manifest,
+                                       "planned": [list(c) for c in planned]})
+
+
+def read_unfinished(folder: Path) -> dict:
+    """A run folder without ``results.json`` (its controller was killed, or it is still running)
+    read as a results object: its started manifest and plan, and every record its shards hold."""
+    try:
+        started = json.loads((folder / STARTED).read_text()) if (folder / STARTED).is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise ResultsNotFound(f"{folder / STARTED}: not valid JSON ({str(exc)[:200]})") from exc
+    if not isinstance(started, dict):
+        raise ResultsNotFound(f"{folder / STARTED}: not a run manifest")
+    planned = [tuple(c) for c in started.get("planned") or []]
+    shards = read_shards(folder / "shards")
+    return {"schema": started.get("schema", SCHEMA_VERSION), "run": folder.name, "manifest": started.get("manifest"),
+            "planned": [list(c) for c in planned], "missing": missing_cells(planned, shards.records),
+            "unreadable_shards": shards.unreadable, "records": shards.records, "unfinished": True}
+
+
 def point_latest(results_root: str | os.PathLike, run: str) -> None:
     """Make ``latest`` name ``run``, atomically (a reader sees the old or the new id, never half)."""
     root = Path(results_root)
@@ -185,13 +216,28 @@ class ResultsNotFound(FileNotFoundError):
     """A path that holds no results a reader can use."""
 
 
+def is_unfinished_run(folder: Path) -> bool:
+    """A run folder that has no results.json yet: started, or with shards."""
+    return folder.is_dir() and not (folder / "results.json").exists() and (
+        (folder / STARTED).is_file() or (folder / "shards").is_dir())
+
+
+def newest_run(results_root: str | os.PathLike) -> Path | None:
+    """The run of a results directory that started last (run ids begin with their start time),
+    finished or not; None when it holds none."""
+    runs = [p for p in (Path(results_root) / RUNS).glob("*")
+            if (p / "results.json").is_file() or is_unfinished_run(p)]
+    return max(runs, key=lambda p: p.name) if runs else None
+
+
 def resolve_results(path: str | os.PathLike) -> Path:
-    """The results file a path means: a JSON file itself; a run folder's results.json; a results
-    directory's latest run; a folder with a results.json of the older flat layout."""
+    """The results file a path means: a JSON file itself; a run folder's results.json, or the
+    folder itself while it has none (an unfinished run); a results directory's latest run; a
+    folder with a results.json of the older flat layout."""
     p = Path(path)
     if not p.exists():
         raise ResultsNotFound(f"results directory {p} does not exist")
-    if p.is_file():
+    if p.is_file() or is_unfinished_run(p):
         return p
     latest = _latest_id(p)
     if (p / "results.json").is_file() and latest is None:    # a run folder (or the older flat layout)
@@ -209,7 +255,7 @@ def load_results(path: str | os.PathLike) -> dict:
     """The whole results object of ``path`` (see ``resolve_results``), with ``source`` = the file read."""
     target = resolve_results(path)
     try:
-        data = json.loads(target.read_text())
+        data = read_unfinished(target) if target.is_dir() else json.loads(target.read_text())
     except (ValueError, OSError) as exc:      # UnicodeDecodeError is a ValueError: binary garbage
         raise ResultsNotFound(f"{target}: not valid JSON ({str(exc)[:200]})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
