@@ -13,6 +13,7 @@ everything below as values: each case carries the name of its operator.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -34,8 +35,8 @@ from kernels.registry import BackendNotFound, resolve
 from runs.allocator import keep_freed_memory
 from runs.manifest import build as build_manifest
 from runs.output_paths import OutputPathError, output_folder, probe_writable
-from runs.results import (ResultsNotFound, load_records, load_results, merge, point_latest, prune_finished, run_dir,
-                          write_started)
+from runs.results import (DRIFT_STUDIES, ResultsNotFound, load_records, load_results, merge, point_latest,
+                          prune_finished, run_dir, write_started)
 from runs.resume import ResumedRun, carry_over, load_resumed, manifest_mismatch
 
 
@@ -701,7 +702,8 @@ def pytest_sessionfinish(session, exitstatus):
     config.stash[MERGED] = (folder / "results.json", merged["missing"], merged["unreadable_shards"])
     config.stash[SUMMARY] = summary_lines(merged["records"],
                                           (run_manifest(config).get("selection") or {}).get("case_operators"),
-                                          {operators.key(op): acceptance_case(op).id for op in run_operators(config)})
+                                          {operators.key(op): acceptance_case(op).id for op in run_operators(config)},
+                                          _run_studies(folder))
     if merged["missing"] or merged["unreadable_shards"]:
         session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))
     _resumed_exit_status(session, merged["records"])
@@ -732,6 +734,17 @@ def _resumed_exit_status(session, records) -> None:
 
 
 RESUMED_LINE = pytest.StashKey[str]()
+def _run_studies(folder: Path) -> dict[str, dict]:
+    """The drift studies this run made (``cases/test_drift_figure.py``), by operator key."""
+    studies = {}
+    for path in sorted((folder / DRIFT_STUDIES).glob("*/drift.json")):
+        try:
+            studies[path.parent.name] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue     # a study cut short: the report says none is there
+    return studies
+
+
 MERGED = pytest.StashKey[tuple]()
 SUMMARY = pytest.StashKey[list]()
 REPORT = pytest.StashKey[str]()

@@ -75,6 +75,21 @@ def acceptance_lines(records: Iterable[Mapping], case_id: str) -> list[str]:
     return lines
 
 
+def drift_line(study: Mapping) -> str:
+    """Where each schedule's reductions cross the gate in a drift study (``cases.drift_study``)."""
+    rows = study.get("table") or []
+    crossed = [f"{r['schedule']} {r['family']} {r['crossing'].split(' (')[0]}" for r in rows
+               if not str(r.get("crossing", "")).startswith("not up to")]
+    never = sorted({r["schedule"] for r in rows} - {r["schedule"] for r in rows
+                                                     if not str(r.get("crossing", "")).startswith("not up to")})
+    cfg = study.get("config") or {}
+    head = f"drift study ({cfg.get('seeds')} seeds, {', '.join(cfg.get('profiles') or ())}): "
+    parts = [("crosses the gate: " + ", ".join(crossed)) if crossed else "no schedule crosses the gate"]
+    if never:
+        parts.append(f"never up to M={max(cfg.get('ms') or [0]):,}: {', '.join(never)}")
+    return head + "; ".join(parts)
+
+
 def vacuity_line(records: Iterable[Mapping]) -> str | None:
     """Outputs where the operator's acceptance gate would pass an all-zero output, and at how many
     of the cases that gated them."""
@@ -106,15 +121,18 @@ def slowest_line(records: Iterable[Mapping]) -> str | None:
 
 
 def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | None = None,
-                  acceptance: Mapping[str, str] | None = None) -> list[str]:
+                  acceptance: Mapping[str, str] | None = None, studies: Mapping[str, Mapping] | None = None
+                  ) -> list[str]:
     """``case_operators``: case id -> operator (a run of several, ``selection.case_operators``):
     then one block of lines per operator, headed by its name. ``acceptance``: operator -> the id
-    of its acceptance case (its backends' outputs by verdict there)."""
-    acceptance = acceptance or {}
+    of its acceptance case (its backends' outputs by verdict there); ``studies``: operator -> the
+    run's drift study of it."""
+    acceptance, studies = acceptance or {}, studies or {}
     if not case_operators:
         lines = backend_lines(records)
         for case_id in acceptance.values():
             lines += acceptance_lines(records, case_id)
+        lines += [drift_line(study) for study in studies.values()]
         for line in (vacuity_line(records), slowest_line(records)):
             if line:
                 lines.append(line)
@@ -123,6 +141,7 @@ def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | No
     for operator in dict.fromkeys(case_operators.values()):
         lines.append(f"[{operator}]")
         mine = {operator: acceptance[operator]} if operator in acceptance else {}
+        study = {operator: studies[operator]} if operator in studies else {}
         lines += [f"  {line}" for line in summary_lines(records_of(records, case_operators, operator),
-                                                        acceptance=mine)]
+                                                        acceptance=mine, studies=study)]
     return lines

@@ -62,3 +62,13 @@ def test_the_acceptance_case_lists_each_backends_outputs_by_verdict():
                             {"swiglu_backward": "A", "rmsnorm_backward": "Z"})
     assert "  at the acceptance case A:" in several
     assert not any("case Z" in line for line in several)      # no records there: no block
+
+
+def test_a_drift_study_line_names_the_crossings():
+    study = {"config": {"seeds": 3, "profiles": ["seed"], "ms": [1024, 262144]},
+             "table": [{"schedule": "article", "family": "db", "crossing": "M ~ 48,662 (between 32,768 and 65,536)"},
+                       {"schedule": "article", "family": "dw", "crossing": "at or below M=1024"},
+                       {"schedule": "hardened", "family": "db", "crossing": "not up to M=262144"}]}
+    lines = summary_lines(RECORDS, studies={"swiglu_backward": study})
+    assert ("drift study (3 seeds, seed): crosses the gate: article db M ~ 48,662, article dw at or below M=1024; "
+            "never up to M=262,144: hardened") in lines
