@@ -34,6 +34,7 @@ from cases.summary import cell_verdicts, summary_lines
 from kernels.registry import BackendNotFound, resolve
 from runs.allocator import keep_freed_memory
 from runs.manifest import build as build_manifest
+from runs.manifest import source_digest
 from runs.output_paths import OutputPathError, output_folder, probe_writable
 from runs.results import (DRIFT_STUDIES, ResultsNotFound, load_records, load_results, merge, point_latest,
                           prune_finished, run_dir, write_started)
@@ -578,6 +579,18 @@ def run_manifest(config) -> dict:
     return config.stash[MANIFEST]
 
 
+def backend_sources(config) -> dict[str, str | None]:
+    """Each backend of the run by the digest of the file that defines it (``runs.manifest.source_digest``):
+    a kernel edited between a run and its --resume, or between shards, is refused by name."""
+    sources = {}
+    for spec in planned_cases(config):
+        for b in selected_backends(config, spec.declaration, case_backend_names(config, spec)):
+            if b.name not in sources:
+                named = (b.path or "").partition(":")[0]
+                sources[b.name] = source_digest([m for m in (named, getattr(b.fn, "__module__", None)) if m])
+    return sources
+
+
 def run_selection(config) -> dict:
     """What decides the run's plan: a merge of shards checks that every shard agrees on it."""
     keys = operator_keys(config)
@@ -586,6 +599,7 @@ def run_selection(config) -> dict:
             "cases": list(config.getoption("--case", default=None) or ()),
             "inputs": [c.id for c in planned_cases(config) if c.inputs_file is not None],
             "backends": all_backend_names(config), "benchmark": benchmark_name(config),
+            "backend_sources": backend_sources(config),
             "acceptance_backends": list(dict.fromkeys(n for op in run_operators(config)
                                                       for n in acceptance_backend_names(config, op))),
             "gate": config.getoption("--gate"), "failed_only": config.getoption("--failed-only", default=None),

@@ -11,6 +11,7 @@ conditioned on. Every field is plain JSON; a field that cannot be read is
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -38,6 +39,22 @@ def _safe(fn):
         return fn()
     except Exception:
         return None
+
+
+def source_digest(modules) -> str | None:
+    """SHA-256 over the files of ``modules`` (a backend's: the module its address names and the
+    one defining its callable, which differ for a re-exported kernel): a resumed run, or a shard
+    merged with others, ran the same kernel code as the run it joins. None where no module has a
+    file (a builtin, a function made at run time)."""
+    def digest():
+        h, found = hashlib.sha256(), False
+        for name in sorted(set(modules)):
+            path = getattr(sys.modules.get(name), "__file__", None)
+            if path:
+                h.update(name.encode() + b"\0" + Path(path).read_bytes())
+                found = True
+        return h.hexdigest() if found else None
+    return _safe(digest)
 
 
 def _version(dist: str) -> str | None:

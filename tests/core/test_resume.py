@@ -134,3 +134,21 @@ def test_an_unreadable_run_is_one_line_and_exit_4(tmp_path):
     proc = _run("--results-dir", str(tmp_path / "r"), "--resume", str(tmp_path / "nope"))
     text = proc.stdout + proc.stderr
     assert proc.returncode == 4 and "--resume" in text and "Traceback" not in text, text[-2000:]
+
+
+def test_a_kernel_edited_since_the_run_is_refused(tmp_path):
+    """The backends' source files are part of what must match: records of a kernel's old code are
+    never carried into a run of its new code."""
+    kernel = tmp_path / "kernels_under_edit.py"
+    kernel.write_text("from operators.swiglu_backward.kernels.plain import plain as backward\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    args = [*PYTEST, "--profile", "none", "--case", "64,96,200,unit", "--backend", "kernels_under_edit:backward",
+            "--benchmark", "none"]
+    first = subprocess.run([*args, "--results-dir", str(tmp_path / "a")], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert first.returncode == 0, first.stdout[-2000:]
+    kernel.write_text(kernel.read_text() + "# edited: the same numbers, another file\n")
+    again = subprocess.run([*args, "--results-dir", str(tmp_path / "b"), "--resume", str(tmp_path / "a")], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=600)
+    text = again.stdout + again.stderr
+    assert again.returncode == 4 and "differs on selection.backend_sources:" in text, text[-2000:]
