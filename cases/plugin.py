@@ -579,7 +579,7 @@ def run_manifest(config) -> dict:
     return config.stash[MANIFEST]
 
 
-def backend_sources(config) -> dict[str, str | None]:
+def kernel_sources(config) -> dict[str, str | None]:
     """Each backend of the run by the digest of the file that defines it (``runs.manifest.source_digest``):
     a kernel edited between a run and its --resume, or between shards, is refused by name."""
     sources = {}
@@ -599,7 +599,7 @@ def run_selection(config) -> dict:
             "cases": list(config.getoption("--case", default=None) or ()),
             "inputs": [c.id for c in planned_cases(config) if c.inputs_file is not None],
             "backends": all_backend_names(config), "benchmark": benchmark_name(config),
-            "backend_sources": backend_sources(config),
+            "kernel_sources": kernel_sources(config),
             "acceptance_backends": list(dict.fromkeys(n for op in run_operators(config)
                                                       for n in acceptance_backend_names(config, op))),
             "gate": config.getoption("--gate"), "failed_only": config.getoption("--failed-only", default=None),

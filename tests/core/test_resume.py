@@ -151,4 +151,4 @@ def test_a_kernel_edited_since_the_run_is_refused(tmp_path):
     again = subprocess.run([*args, "--results-dir", str(tmp_path / "b"), "--resume", str(tmp_path / "a")], cwd=ROOT,
                            env=env, capture_output=True, text=True, timeout=600)
     text = again.stdout + again.stderr
-    assert again.returncode == 4 and "differs on selection.backend_sources:" in text, text[-2000:]
+    assert again.returncode == 4 and "differs on selection.kernel_sources:" in text, text[-2000:]
