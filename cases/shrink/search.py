@@ -57,8 +57,9 @@ class Search:
     """The evaluations made so far (each case once) and the smallest failing case among them."""
 
     def __init__(self, cell: FailingCell, backend: Backend, *, budget: float, case_timeout: float,
-                 stream: TextIO = sys.stderr):
-        self.cell, self.backend, self.stream = cell, backend, stream
+                 stream: TextIO | None = None):
+        self.cell, self.backend = cell, backend
+        self.stream = sys.stderr if stream is None else stream     # read when called: a redirected stderr too
         self.budget, self.case_timeout = budget, case_timeout
         self.start = time.perf_counter()
         self.probes: dict[str, Probe] = {}
@@ -138,7 +139,7 @@ STAGES = (shrink_m, shrink_other_dims, shrink_scale, shrink_seed)
 
 
 def shrink(cell: FailingCell, backend: Backend, *, budget: float, case_timeout: float,
-           stream: TextIO = sys.stderr) -> Shrunk:
+           stream: TextIO | None = None) -> Shrunk:
     """The smallest case at which ``backend`` fails ``cell``'s output by the same first test."""
     search = Search(cell, backend, budget=budget, case_timeout=case_timeout, stream=stream)
     original = search.evaluate(cell.spec, timeout=min(case_timeout, budget))
