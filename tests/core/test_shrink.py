@@ -166,12 +166,12 @@ def test_an_m_edge_below_a_passing_bisection_is_found(monkeypatch):
 
 
 def test_m_is_bisected_below_the_smallest_failing_edge(monkeypatch):
-    """Fails from M=1500 on: the edges up to 1025 pass, 2047 fails; the bisection stays between them."""
-    result, judged = _search(monkeypatch, lambda c: c.m >= 1500, CaseSpec(*CASE))
-    assert result.smallest.m == 1500
+    """Fails from M=2500 on: the edges up to 2049 pass, 3000 fails; the bisection stays between them."""
+    result, judged = _search(monkeypatch, lambda c: c.m >= 2500, CaseSpec(*CASE))
+    assert result.smallest.m == 2500
     edges = set(operators.get().m_edges)
     bisected = [parse(j)[0]["M"] for j in judged[1:] if parse(j)[0]["M"] not in edges]
-    assert bisected and all(1025 < m < 2047 for m in bisected), judged
+    assert bisected and all(2049 < m < 3000 for m in bisected), judged
 
 
 def test_the_other_dimensions_shrink_to_declared_shape_values(monkeypatch):
