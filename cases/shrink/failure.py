@@ -8,8 +8,9 @@ Two failures are the same when they are of the same output and their first faili
 ``TESTS`` order, is the same. Not the whole set: the aggregate tests dilute with the case's size.
 A wrong dx from row 2048 on fails element-wise, the fitted scale and a row window at M=4097
 (2049 of 4097 rows off by 5%: beta 0.025, allowed 1.7e-4), but at M=2049 not the fitted scale
-(one row in 2049: beta 3.6e-5, allowed 2.0e-4): the bug is the same, the set is not. The order is most specific first: a NaN where the reference has a number is also
-an element-wise mismatch, and a shrink that kept only the mismatch would have lost the NaN.
+(one row in 2049: beta 3.6e-5, allowed 2.0e-4): the bug is the same, the set is not. The order
+is most specific first: a NaN where the reference has a number is also an element-wise mismatch,
+and a shrink that kept only the mismatch would have lost the NaN.
 """
 from __future__ import annotations
 

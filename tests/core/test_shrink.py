@@ -2,8 +2,8 @@
 plugin at M=4097, K=96, N=200, then shrunk; the order of the search on a stand-in for the gate;
 a refused RESULTS or CELL in one line (exit 2), a failure that does not reproduce (exit 1).
 
-22 to 54 s measured on two shared cores: the run (three kernels at two cases, 5 s), a shrink of 11 evaluations,
-one of 4, the shrunk case's command run again through the plugin (7 s)."""
+22 to 54 s measured on two shared cores: the run (three kernels at two cases, 5 s), a shrink of
+11 evaluations, one of 4, the shrunk case's command run again through the plugin (7 s)."""
 from __future__ import annotations
 
 import io
