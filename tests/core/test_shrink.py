@@ -2,7 +2,7 @@
 plugin at M=4097, K=96, N=200, then shrunk; the order of the search on a stand-in for the gate;
 a refused RESULTS or CELL in one line (exit 2), a failure that does not reproduce (exit 1).
 
-22 to 54 s measured on two shared cores: the run (three kernels at two cases, 5 s), a shrink of
+22 to 59 s measured on two shared cores: the run (three kernels at two cases, 5 s), a shrink of
 11 evaluations, one of 4, the shrunk case's command run again through the plugin (7 s)."""
 from __future__ import annotations
 
@@ -219,3 +219,16 @@ def test_a_spent_budget_cuts_the_search_at_the_smallest_failing_case_so_far(monk
     failing = [j for j in searched if parse(j)[0]["M"] >= 2]
     assert result.smallest.id == (failing[-1] if failing else CASE_ID), judged
     assert not result.smaller or judged[-1] == result.smallest.id, judged
+
+
+def test_a_cut_search_says_so_and_prints_the_smallest_failing_case_so_far(run, capsys, monkeypatch):
+    """The cell's failure on a stand-in that takes 0.05 s a case and fails at M=4097 only; budget 0.12 s."""
+    def fake_probe(case, backend, output, *, timeout):
+        time.sleep(0.05)
+        failure = Failure("dx", ("element-wise",)) if case.m == CASE[0] else None
+        return Probe(case, failure, None, 0.05)
+
+    monkeypatch.setattr(search_module, "probe", fake_probe)
+    code, out, err = _shrink(capsys, run, f"{CASE_ID}:{TAIL}", "--budget", "0.12")
+    assert code == 0 and "search cut" in out and "no smaller case failed dx" in out, out + err
+    assert f"--case {','.join(map(str, CASE))}" in _line(out, "rerun"), out
