@@ -232,3 +232,9 @@ def test_a_cut_search_says_so_and_prints_the_smallest_failing_case_so_far(run, c
     code, out, err = _shrink(capsys, run, f"{CASE_ID}:{TAIL}", "--budget", "0.12")
     assert code == 0 and "search cut" in out and "no smaller case failed dx" in out, out + err
     assert f"--case {','.join(map(str, CASE))}" in _line(out, "rerun"), out
+
+
+def test_python_m_accuracy_shrink_reaches_the_command(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "accuracy", "shrink", str(tmp_path / "none"), f"{CASE_ID}:{TAIL}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: RESULTS "), proc.stderr
