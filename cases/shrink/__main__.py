@@ -36,7 +36,11 @@ def rerun_command(spec: CaseSpec, backend: str) -> str:
 def report(result: Shrunk) -> str:
     cell, failure = result.cell, result.cell.failure
     lines = [f"cell: {cell.id} fails {failure.describe()}"]
-    if not result.smaller:
+    if not result.smaller and result.cut:
+        lines.append(f"shrunk: no smaller case failed {failure.output} by {failure.first} in the "
+                     f"{result.evaluations} evaluation{'s' if result.evaluations != 1 else ''} the budget allowed; "
+                     f"{cell.spec.id} is the smallest case found")
+    elif not result.smaller:
         lines.append(f"shrunk: nothing smaller fails {failure.output} by {failure.first}; {cell.spec.id} is the "
                      f"smallest case found")
     else:
