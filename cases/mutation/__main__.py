@@ -21,6 +21,7 @@ from cases.mutation.source import KernelSourceError, read_kernel
 from cases.spec import CaseSpec
 from contract.operator import Operator
 from contract.records import parse
+from runs.output_paths import OutputPathError, output_file
 
 
 class CasesError(ValueError):
@@ -63,7 +64,9 @@ def main(argv=None) -> int:
         read_kernel(args.kernel)
         if args.limit is not None and args.limit < 1 or args.timeout <= 0:
             raise CasesError("--limit and --timeout must be positive")
-    except (operators.OperatorNotFound, KernelSourceError, CasesError) as exc:
+        if args.json:
+            output_file(args.json, "--json")     # refused before any mutant runs, never over a run
+    except (operators.OperatorNotFound, KernelSourceError, CasesError, OutputPathError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)     # one line
         return 2
     result = score_kernel(args.kernel, operator, cases, limit=args.limit, timeout=args.timeout)

@@ -70,6 +70,10 @@ def test_no_tool_writes_over_a_run(run, tmp_path, capsys):
         ("reports", [str(results), "-o", str(afile)], "is a file"),
         ("drift_study", ["-o", str(afile)], "is a file"),
         ("reports", ["drift", str(folder)], "no drift study"),
+        ("accuracy", ["mutate", "operators.swiglu_backward.kernels.plain:plain", "--json",
+                      str(folder / "results.json")], "results file"),
+        ("accuracy", ["mutate", "operators.swiglu_backward.kernels.plain:plain", "--json",
+                      str(folder / "shards" / "m.json")], "inside the run folder"),
     ]:
         code, text = _main(module, argv, capsys)
         assert code == 2 and says in text and "Traceback" not in text, (argv, code, text)
