@@ -78,10 +78,9 @@ def acceptance_lines(records: Iterable[Mapping], case_id: str) -> list[str]:
 def drift_line(study: Mapping) -> str:
     """Where each schedule's reductions cross the gate in a drift study (``cases.drift_study``)."""
     rows = study.get("table") or []
-    crossed = [f"{r['schedule']} {r['family']} {r['crossing'].split(' (')[0]}" for r in rows
-               if not str(r.get("crossing", "")).startswith("not up to")]
-    never = sorted({r["schedule"] for r in rows} - {r["schedule"] for r in rows
-                                                     if not str(r.get("crossing", "")).startswith("not up to")})
+    crossing = [r for r in rows if not str(r.get("crossing", "")).startswith("not up to")]
+    crossed = [f"{r['schedule']} {r['family']} {r['crossing'].split(' (')[0]}" for r in crossing]
+    never = sorted({r["schedule"] for r in rows} - {r["schedule"] for r in crossing})
     cfg = study.get("config") or {}
     head = f"drift study ({cfg.get('seeds')} seeds, {', '.join(cfg.get('profiles') or ())}): "
     parts = [("crosses the gate: " + ", ".join(crossed)) if crossed else "no schedule crosses the gate"]

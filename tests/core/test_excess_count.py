@@ -12,6 +12,7 @@ import accuracy.metrics as metrics_module
 from accuracy.metrics import ErrorStats
 from accuracy.tolerances import tolerances_for
 from operators.swiglu_backward import OPERATOR as SWIGLU
+from tests.core.helpers import errors_around_the_atol
 
 ROWS, WIDTH, CHUNK = 2048, 32, 256
 
@@ -20,12 +21,8 @@ def _data(kind: str, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     golden = torch.randn(ROWS, WIDTH, generator=gen, dtype=torch.float64)
     if kind == "zeros":                                   # every element far off
         actual = torch.zeros_like(golden)
-    elif kind == "near_atol":     # one column sets the rms, the rest sit far below their atol with errors
-        golden *= 1e-5            # of 0..1.1 atol: most excess lies just under the atol, and a small cap's
-        golden[:, 0] *= 1000      # ceiling falls below it
-        rms = float(golden.float().double().square().mean().sqrt())
-        atol = tolerances_for(SWIGLU)["dg"].effective_atol(rms)
-        actual = golden + torch.rand(ROWS, WIDTH, generator=gen, dtype=torch.float64) * 1.1 * atol
+    elif kind == "near_atol":     # most excess just under the atol: a small cap's ceiling falls below it
+        golden, actual, _ = errors_around_the_atol(tolerances_for(SWIGLU)["dg"], ROWS, WIDTH, gen)
     elif kind == "tail":                                  # right but for the last rows
         actual = golden.clone()
         actual[-300:] *= 1.1

@@ -11,6 +11,7 @@ from accuracy.metrics import ErrorStats
 from accuracy.tolerances import ACCEPTANCE_ATOL, ACCEPTANCE_RTOL, Tolerance
 from operators.swiglu_backward.schedule import FAITHFUL_GLOBAL
 from operators.swiglu_backward.schedule import ARTICLE
+from tests.core.helpers import errors_around_the_atol
 from operators.swiglu_backward import OPERATOR as SWIGLU
 
 TOL = Tolerance(ACCEPTANCE_RTOL, ACCEPTANCE_ATOL)
@@ -173,11 +174,7 @@ def test_a_count_is_a_range_when_the_kept_ceiling_falls_below_the_atol(monkeypat
     tol = tolerances_for(SWIGLU)["dx"]
     gen = torch.Generator().manual_seed(5)
     rows, width = 4096, 64
-    golden = torch.randn(rows, width, generator=gen, dtype=torch.float64) * 1e-5
-    golden[:, 0] *= 1000
-    rms = float(golden.float().double().square().mean().sqrt())
-    atol = tol.effective_atol(rms)
-    actual = golden + torch.rand(rows, width, generator=gen, dtype=torch.float64) * 1.1 * atol
+    golden, actual, rms = errors_around_the_atol(tol, rows, width, gen)
     known = ErrorStats(tol, (rows, width), scale_rms=rms)
     capped = ErrorStats(tol, (rows, width))
     if not fused:
@@ -209,12 +206,9 @@ def test_a_rising_excess_floor_keeps_the_count_exact_and_the_buffer_small(monkey
     tol = tolerances_for(SWIGLU)["dx"]
     gen = torch.Generator().manual_seed(5)
     rows, width = 4096, 64
-    golden = torch.randn(rows, width, generator=gen, dtype=torch.float64) * 1e-5
-    golden[:, 0] *= 1000                        # one column sets the rms (every row: it grows evenly)
-    rms = float(golden.float().double().square().mean().sqrt())
+    golden, actual, rms = errors_around_the_atol(tol, rows, width, gen)
     atol = tol.effective_atol(rms)
     assert atol < tol.atol                      # the rms sets it, not the article's 1e-4
-    actual = golden + torch.rand(rows, width, generator=gen, dtype=torch.float64) * 1.1 * atol
     known = ErrorStats(tol, (rows, width), scale_rms=rms)
     floored = ErrorStats(tol, (rows, width))
     if not fused:

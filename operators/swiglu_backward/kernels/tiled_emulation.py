@@ -14,18 +14,15 @@ from operators.swiglu_backward.schedule import ARTICLE, HARDENED
 from operators.swiglu_backward import OPERATOR
 
 
-def tiled_emulation(*, x, w_g, w_fc, dy, g, fc):
-    out = _tiled(OPERATOR, {"x": x, "w_g": w_g, "w_fc": w_fc, "dy": dy, "g": g, "fc": fc}, ARTICLE)
-    return {name: t.to(torch.bfloat16) for name, t in out.items()}
+def _served(schedule, name: str):
+    """The tiled golden's emulation of ``schedule`` as a kernel: its outputs stored once in BF16."""
+    def kernel(*, x, w_g, w_fc, dy, g, fc):
+        out = _tiled(OPERATOR, {"x": x, "w_g": w_g, "w_fc": w_fc, "dy": dy, "g": g, "fc": fc}, schedule)
+        return {o: t.to(torch.bfloat16) for o, t in out.items()}
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.schedule = schedule
+    return kernel
 
 
-tiled_emulation.schedule = ARTICLE
-
-
-def tiled_emulation_hardened(*, x, w_g, w_fc, dy, g, fc):
-    """The golden's tiled emulation of the hardened schedule, served as a kernel."""
-    out = _tiled(OPERATOR, {"x": x, "w_g": w_g, "w_fc": w_fc, "dy": dy, "g": g, "fc": fc}, HARDENED)
-    return {name: t.to(torch.bfloat16) for name, t in out.items()}
-
-
-tiled_emulation_hardened.schedule = HARDENED
+tiled_emulation = _served(ARTICLE, "tiled_emulation")
+tiled_emulation_hardened = _served(HARDENED, "tiled_emulation_hardened")
