@@ -126,7 +126,7 @@ def compare_case(operator: Operator, inputs: Mapping[str, torch.Tensor],
                  outputs: Mapping[str, Mapping[str, torch.Tensor]],
                  schedules: Mapping[str, TiledSchedule], *, tolerances: Mapping[str, Tolerance] | None = None,
                  chunk_rows: int | None = None, diagnose: bool = True,
-                 row_rms: Mapping[str, float] | None = None) -> dict:
+                 row_rms: Mapping[str, float] | None = None, progress=None) -> dict:
     """``outputs[backend]`` are validated backend outputs; ``schedules[backend]`` the schedule
     each backend declares (its faithful and tiled goldens, for diagnosis). Every backend is gated
     against the same reference with the same allowance (``accuracy.allowance``), and its
@@ -143,15 +143,20 @@ def compare_case(operator: Operator, inputs: Mapping[str, torch.Tensor],
     output's count against its atol is not exact (values counted above the kept excess's ceiling
     on an unknown side of the final atol: ``ErrorStats.overflowed``), a second pass with the row
     outputs' rms known from the first; then the reductions over M, complete after the pass; then
-    the records."""
+    the records. ``progress``: told each pass's start (``stage(name)``) and its rows done
+    (``rows(done, m)``), e.g. ``cases.progress.CaseProgress``."""
     args = dict(tolerances=tolerances, chunk_rows=chunk_rows, diagnose=diagnose)
     comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=row_rms, **args)
-    comparison.compare_rows()
+    if progress is not None:
+        progress.stage("goldens and comparison")
+    comparison.compare_rows(progress)
     if comparison.needs_second_pass():
         known = comparison.row_rms()
         del comparison          # not held through the second pass
         comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=known, **args)
-        comparison.compare_rows()
+        if progress is not None:
+            progress.stage("second comparison pass (the row outputs' rms known)")
+        comparison.compare_rows(progress)
     comparison.compare_reductions()
     return comparison.result()
 
@@ -235,12 +240,14 @@ class CaseComparison:
         return [*(st for stats in self.per_backend.values() for st in stats[o].values()),
                 *(per_output[o] for per_output in self.between.values())]
 
-    def compare_rows(self) -> None:
+    def compare_rows(self, progress=None) -> None:
         """The row outputs, block by block as the golden pass streams them (the reductions'
-        goldens are complete after it)."""
+        goldens are complete after it); ``progress.rows(done, m)`` after each block."""
         numel = {o: math.prod(self.shapes[o]) for o in self.operator.row_outputs}
         for block in self.golden_pass.blocks():
             self._compare_block(block, numel)
+            if progress is not None:
+                progress.rows(block.stop, self.m)
 
     def _compare_block(self, block, numel: Mapping[str, int]) -> None:
         op, gate, sizes, diagnose = self.operator, self.operator.gate, self.sizes, self.diagnose

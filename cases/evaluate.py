@@ -68,7 +68,8 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
                   golden_device: str | None = None,
                   chunk_rows: int | None = None, isolate: bool = False,
                   cell_timeout: float | None = None, repeats: int = 1,
-                  benchmark: str | None = DEFAULT_BENCHMARK, keep_outputs: bool = False) -> CaseOutcome:
+                  benchmark: str | None = DEFAULT_BENCHMARK, keep_outputs: bool = False,
+                  progress=None) -> CaseOutcome:
     """``isolate``: run each nameable backend in its own child process (``kernels.isolated``), so a
     crash or a hang (past ``cell_timeout`` seconds) costs only its own cell.
     ``repeats``: run each backend that many times; its run records whether the repeats are bit-identical
@@ -79,7 +80,8 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     ``golden_device``: where the goldens and the comparison run when not on ``device`` (the host,
     for a device without FP64: ``cases.devices``); inputs and outputs are moved there once.
     ``keep_outputs``: leave each backend's outputs on its run after the comparison (``--save-failing``
-    writes those of failing cells); by default they are dropped as soon as they are compared."""
+    writes those of failing cells); by default they are dropped as soon as they are compared.
+    ``progress``: told each backend call and the comparison's rows (``cases.progress.CaseProgress``)."""
     operator = spec.declaration
     try:
         inputs = make_inputs(spec, device)
@@ -109,7 +111,15 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
                               seconds=result.seconds)
         return result
 
-    runs = {b.name: run(b) for b in backends}
+    def called(i: int, b: Backend) -> BackendRun:
+        if progress is None:
+            return run(b)
+        progress.stage(f"backend {b.name} ({i} of {len(backends)}) called")
+        result = run(b)
+        progress.stage_done(f"backend {b.name} " + ("returned" if result.ok else result.status or ("skipped" if result.skipped else "raised")))
+        return result
+
+    runs = {b.name: called(i, b) for i, b in enumerate(backends, 1)}
     repeat_of: dict[str, str] = {}    # "name#repeatI" -> name, for repeats that differ from the first run
     ok = {name: run.outputs for name, run in runs.items() if run.ok}
     for b in backends:
@@ -152,7 +162,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         if golden_device is not None and golden_device != device:
             inputs = {k: v.to(golden_device) for k, v in inputs.items()}
             ok = {name: {o: t.to(golden_device) for o, t in outs.items()} for name, outs in ok.items()}
-        outcome.comparison = compare_case(operator, inputs, ok, schedules, chunk_rows=chunk_rows)
+        outcome.comparison = compare_case(operator, inputs, ok, schedules, chunk_rows=chunk_rows, progress=progress)
     except Exception as exc:  # a golden that cannot be computed fails every cell of the case, loudly
         outcome.error = f"case {spec.id}: goldens/compare failed: {type(exc).__name__}: {exc}"
         return outcome

@@ -27,6 +27,7 @@ from cases.devices import describe as describe_devices
 from cases.devices import worker_device
 from cases.evaluate import ScheduleError, declared_schedule
 from cases.matrix import LARGE_M, CaseSyntaxError, acceptance_case
+from cases import progress
 from cases.matrix import planned_cases as plan
 from cases.shards import assignment
 from cases.spec import InputsFileError
@@ -90,6 +91,9 @@ def pytest_addoption(parser):
     group.addoption("--cell-timeout", type=float, default=1800.0, metavar="SECONDS",
                     help="longest a backend call may take before its process is killed and the cell recorded "
                          "timed_out (default 1800: the pypto CPU interpreter needs ~9 min at M=220000)")
+    group.addoption("--progress-after", type=float, default=progress.QUIET_SECONDS, metavar="SECONDS",
+                    help="a case's evaluation running longer than this reports its stages and rows done, elapsed "
+                         "and left, in RUN/progress.log and on the terminal (default %(default)s)")
     group.addoption("--repeats", type=int, default=1, metavar="N",
                     help="run each backend N times per case: records bit-identity and spread, and an output "
                          "passes only if every repeat passes (default 1)")
@@ -158,6 +162,8 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--cell-timeout must be a finite number of seconds > 0, got {timeout!r}")
     _check_range("--cell-timeout", timeout, 0, MAX_CELL_TIMEOUT)
     _check_range("--chunk-rows", config.getoption("--chunk-rows", default=None), 1, MAX_CHUNK_ROWS)
+    _check_range("--progress-after", config.getoption("--progress-after", default=progress.QUIET_SECONDS), 0,
+                 MAX_CELL_TIMEOUT)
     shards, shard_id = config.getoption("--num-shards", default=1), config.getoption("--shard-id", default=0)
     _check_range("--num-shards", shards, 1, MAX_SHARDS)
     if not 0 <= shard_id < shards:
@@ -639,6 +645,57 @@ def pytest_configure_node(node):
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):
         run_manifest(session.config)    # measured before any test can change the process
+        if _distributed(session.config):
+            # the workers' progress lines, on the controller's terminal as they come
+            session.config.stash[FOLLOWER] = progress.Follower(run_folder(session.config) / progress.FILE,
+                                                               _terminal_writer(session.config)).start()
+
+
+FOLLOWER = pytest.StashKey[progress.Follower]()
+
+
+def _distributed(config) -> bool:
+    """Cells run in xdist workers, not in this process."""
+    return getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))
+
+
+def _terminal_writer(config):
+    """A line on the terminal, outside any test's captured output."""
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def line_alone(line: str) -> None:
+        # a line of its own even after a line of progress dots, which the reporter does not track
+        if getattr(terminal._tw, "width_of_current_line", 0):
+            terminal._tw.line()
+        terminal.write_line(line)
+
+    def write(line: str) -> None:
+        if terminal is None:
+            return
+        if capture is None:
+            line_alone(line)
+            return
+        with capture.global_and_fixture_disabled():
+            line_alone(line)
+    return write
+
+
+def case_progress(config, case: str) -> progress.CaseProgress:
+    """A case's progress lines: appended to the run folder's ``progress.log`` (by any process), and
+    on the terminal where this process runs the cells itself."""
+    path = run_folder(config) / progress.FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    to_file = progress.to_file(path)
+    quiet = config.getoption("--progress-after")
+    if hasattr(config, "workerinput") or _distributed(config):
+        return progress.CaseProgress(case, to_file, quiet=quiet)
+    terminal = _terminal_writer(config)
+
+    def both(line: str) -> None:
+        to_file(line)
+        terminal(f"progress: {line}")
+    return progress.CaseProgress(case, both, quiet=quiet)
 
 
 def results_root(config) -> Path:
@@ -700,6 +757,8 @@ def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if hasattr(config, "workerinput"):
         return   # workers write shards; the controller merges once
+    if FOLLOWER in config.stash:
+        config.stash[FOLLOWER].stop()
     planned = config.stash.get(PLANNED, [])
     folder = run_folder(config)
     sharded = config.getoption("--num-shards", default=1) > 1

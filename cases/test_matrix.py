@@ -22,8 +22,8 @@ from cases import expectations
 from cases.devices import golden_device
 from cases.evaluate import evaluate_case, golden_records, records_for
 from cases.matrix import PROFILES
-from cases.plugin import (CELLS, _worker, benchmark_name, case_device, platform_facts, run_folder, save_failing_root,
-                          shard_dir)
+from cases.plugin import (CELLS, _worker, benchmark_name, case_device, case_progress, platform_facts, run_folder,
+                          save_failing_root, shard_dir)
 from cases.save_failing import is_failing, save_failing_cell
 from cases.spec import make_inputs
 from kernels.registry import resolve
@@ -54,7 +54,8 @@ def _evaluate(config, spec) -> dict:
                             chunk_rows=config.getoption("--chunk-rows"),
                             isolate=not config.getoption("--no-isolation"),
                             cell_timeout=config.getoption("--cell-timeout"), repeats=config.getoption("--repeats"),
-                            benchmark=bench, keep_outputs=save_root is not None)
+                            benchmark=bench, keep_outputs=save_root is not None,
+                            progress=case_progress(config, spec.id))
     if not cell_path(shard_dir(config), CARRIED, f"{spec.id}--{GOLDENS}").exists():
         # a resumed run keeps its source's goldens of a case: those of the whole case, where this
         # evaluation may hold only the backends that had no record there
