@@ -199,7 +199,7 @@ def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_
         old.unlink()
     t0 = time.perf_counter()
     records = [r for r in data["records"] if isinstance(r, Mapping)]
-    context = Context(idx=D.index(records, op), op=op, results=data, out=out, results_dir=str(results_dir),
+    context = Context(idx=D.index(records, op), op=op, results=data, out=out,
                       baseline=baseline, baseline_records=baseline_records, heatmap=heatmap,
                       drift_study=drift_study, study_strict=study_strict)
     panels = [(panel, panel.data(context)) for panel in order.PANELS]

@@ -53,7 +53,6 @@ class Context:
     op: Any                                   # contract.operator.Operator
     results: Mapping                          # the loaded results: records, manifest, run facts
     out: Path                                 # the page's folder
-    results_dir: str
     baseline: str | os.PathLike | None = None
     baseline_records: list | None = None      # the baseline's records of the same operator
     heatmap: bool = True
