@@ -4,8 +4,8 @@
 
 The page is ``index.html`` plus ``plots/*.png`` next to it, linked relatively:
 no network resource, it works from the file system and moved to another
-machine. HTML comes from a Jinja2 template with autoescaping on, so every
-string from the results (case ids, backend import paths) is escaped.
+machine. HTML comes from Jinja2 templates (the page and a block per panel, ``reports.panels``)
+with autoescaping on, so every string from the results (case ids, backend import paths) is escaped.
 """
 from __future__ import annotations
 
@@ -19,18 +19,13 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 import operators
-from accuracy.dual import RATIO_LIMITS
-from accuracy.metrics import histogram_edges
 from contract.records import records_of
 from reports import data as D
 from reports import plots as P
-from reports import tile_drift
-from reports.drift_study_figures import StudyUnreadable, draw, load_study
-from reports.plots import study_shape_label
-from runs.results import DRIFT_STUDIES, load_records, load_results, write_text_atomic
+from reports.panels import PLOTS, Context, PlotJob, order
+from runs.results import load_records, load_results, write_text_atomic
 
 TEMPLATES = Path(__file__).parent / "templates"
-PLOTS = "plots"
 
 
 # --------------------------------------------------------------------------- loading
@@ -42,12 +37,6 @@ def load(results: str | os.PathLike) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"results directory {path} does not exist")
     return [r for r in load_records(path) if isinstance(r, Mapping)]
-
-
-def _run_info(data: Mapping) -> dict:
-    """Which file and run the page shows, and what the run lacks (missing cells, unreadable shards)."""
-    return {"source": data.get("source"), "run": data.get("run"), "missing": data.get("missing") or [],
-            "unreadable": data.get("unreadable_shards") or []}
 
 
 # --------------------------------------------------------------------------- formatting filters
@@ -83,40 +72,21 @@ def fmt_index(v) -> str:
 
 
 def environment() -> Environment:
+    # keep_trailing_newline: a panel's block renders line for line as its file reads, its last newline
+    # included, so the blocks join into the page as whole lines
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(default=True),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(num=fmt_num, pct=fmt_pct, idx=fmt_index)
     return env
 
 
 # --------------------------------------------------------------------------- helpers
 
-def _edges() -> dict:
-    try:
-        return histogram_edges()
-    except Exception:   # noqa: BLE001 - the report still renders without histograms
-        return {}
-
-
 def _title(op) -> str:
     return f"{op.title or op.name}: accuracy report"
 
 
-def _tile_rows(op) -> dict[str, int | None]:
-    """Each reduction's tile under the operator's default schedule (the drift plots' top axis)."""
-    try:
-        sched = op.schedules.default_schedule()
-        return {o: sched.tile_m(op.output(o).kernel) for o in op.reduction_outputs}
-    except Exception:   # noqa: BLE001 - the plots lose their tile axis, nothing else
-        return {}
-
-
-def _tile_drift(idx: D.Index, op):
-    """The default schedule's per-tile drift, as the golden pass recorded it (``reports.tile_drift``)."""
-    return tile_drift.from_records(idx, op.schedules.default_schedule().name, op)
-
-
-def _plot_job(job) -> None:
+def _plot_job(job: PlotJob) -> None:
     name, args, path = job
     getattr(P, name)(*args, path)
 
@@ -125,7 +95,7 @@ PARALLEL_MIN_JOBS = 12   # below this, starting worker processes costs more than
 PARALLEL_MIN_CPUS = 4
 
 
-def _run_plot_jobs(jobs: list, processes: int | None) -> int:
+def _run_plot_jobs(jobs: list[PlotJob], processes: int | None) -> int:
     """Run the plot jobs; returns the number of processes used. In parallel, each worker is a fresh
     ``python -m reports.plots JOBFILE`` (no fork of a process holding torch's threads, no re-import
     of the caller's ``__main__``); a chunk whose worker fails is redone here."""
@@ -141,8 +111,8 @@ def _run_plot_jobs(jobs: list, processes: int | None) -> int:
     import pickle
     import subprocess
     import sys
-    order = sorted(jobs, key=lambda j: j[0] != "drift")      # biggest figures first, dealt round-robin
-    chunks = [order[i::processes] for i in range(processes)]
+    biggest_first = sorted(jobs, key=lambda j: j[0] != "drift")      # dealt round-robin
+    chunks = [biggest_first[i::processes] for i in range(processes)]
     with tempfile.TemporaryDirectory(prefix="report-plots-") as tmp:
         procs = []
         for i, chunk in enumerate(chunks):
@@ -158,48 +128,7 @@ def _run_plot_jobs(jobs: list, processes: int | None) -> int:
     return processes
 
 
-def _drift_study(out: Path, source, img, op, strict: bool, results_file: str | None = None) -> dict | None:
-    """The drift study's figures (drawn from its JSON next to the page) and crossing table, when
-    there is one of ``op``: the one named, else ``OUT/drift``, else the run's own (made beside its
-    cells for its report, ``RUN/drift/<operator>``); a study of another operator is left out, or
-    refused where ``strict`` (one asked for by name on a page of one operator)."""
-    folder = Path(source) if source is not None else out / "drift"
-    if source is None and not (folder / "drift.json").is_file() and results_file:
-        folder = Path(results_file).parent / DRIFT_STUDIES / operators.key(op)
-    if source is None and not (folder / "drift.json").is_file():
-        return None
-    try:
-        study = load_study(folder)
-    except StudyUnreadable as exc:
-        raise FileNotFoundError(str(exc)) from None
-    owner = study["axes"]["operator"]
-    if owner != operators.key(op):
-        if strict:
-            raise FileNotFoundError(f"{folder}: a drift study of operator {owner!r}, not of {operators.key(op)!r}")
-        return None
-    figures = []
-    for fam, path in draw(study, out / PLOTS).items():
-        rel = img(f"study-{fam}")
-        path.replace(out / rel)
-        figures.append({"family": fam, "src": rel})
-    cfg = study["config"]
-    return {"figures": figures, "table": study["table"], "config": cfg, "shape": study_shape_label(study, cfg["shape"]),
-            "wall_s": study.get("wall_s"), "source": str(folder), "shape_check": study.get("shape_check"),
-            "run": study.get("run")}
-
-
 # --------------------------------------------------------------------------- render
-
-def _expectations_dir(op) -> str | None:
-    """Where the known failures of the operator live, relative to the project."""
-    folder = op.expectations
-    if folder is None:
-        return None
-    try:
-        return str(Path(folder).resolve().relative_to(Path(__file__).resolve().parents[1])) + "/"
-    except ValueError:      # an operator package outside the project
-        return str(folder) + "/"
-
 
 def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, baseline: str | os.PathLike | None = None,
            *, heatmap: bool = True, title: str | None = None, processes: int | None = None,
@@ -258,7 +187,9 @@ def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_
                      t_start: float, *, study_strict: bool, heatmap: bool = True, title: str | None = None,
                      processes: int | None = None, drift_study=None) -> tuple[Path, D.Index, dict]:
     """One operator's page from its records (``data``: the loaded results, its records only;
-    ``baseline_records``: the baseline's records of the same operator, named ``baseline``).
+    ``baseline_records``: the baseline's records of the same operator, named ``baseline``): every
+    panel of ``reports.panels.order`` computes its data and names its plots, the plots of all panels
+    are drawn in one pool, and the page shows each panel's block in order.
     Returns the page, the records' index and the verdict counts per backend."""
     cpu_start = time.process_time()
     timings: dict[str, float] = {}
@@ -268,100 +199,31 @@ def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_
         old.unlink()
     t0 = time.perf_counter()
     records = [r for r in data["records"] if isinstance(r, Mapping)]
-    platform = D.platform_summary(data.get("manifest"))
-    run_info = _run_info(data)
-    idx = D.index(records, op)
-    cells = D.verdict_cells(idx)
-    counts = D.status_counts(cells, idx.backends)
-    details = D.details(idx)
-    attribution = D.attribution_split(idx)
-    vac_rows, vac_table = D.vacuity(idx)
-    panels = D.drift_panels(idx)
-    dual = D.dual_tables(idx)
-    diff = None
-    if baseline_records is not None:
-        diff = D.baseline_diff(idx, D.index(baseline_records, op))
-    timings["data"] = time.perf_counter() - t0
+    context = Context(idx=D.index(records, op), op=op, results=data, out=out,
+                      baseline=baseline, baseline_records=baseline_records, heatmap=heatmap,
+                      drift_study=drift_study, study_strict=study_strict)
+    panels = [(panel, panel.data(context)) for panel in order.PANELS]
+    # what a panel drew itself is listed on its own after the page's phases, not counted as data
+    timings["data"] = time.perf_counter() - t0 - sum(context.timings.values())
 
     t0, c0 = time.perf_counter(), time.process_time()
-    images: dict[str, str] = {}
-    jobs: list[tuple[str, tuple, Path]] = []    # (plots function, args, path): run serially or in a pool
-
-    def img(name: str) -> str:
-        rel = f"{PLOTS}/{name}.png"
-        images[name] = rel
-        return rel
-
-    edges = _edges()
-    hist_img = {}
-    for d in details:
-        name = "hist-" + D.slug(d.backend, d.output)
-        jobs.append(("histograms", (d, edges), out / img(name)))
-        hist_img[d.anchor] = images[name]
-    att_img = {}
-    for backend in idx.backends:
-        rows = [r for r in attribution if r.backend == backend]
-        if rows:
-            name = "attribution-" + D.slug(backend)
-            jobs.append(("attribution", (rows, backend), out / img(name)))
-            att_img[backend] = images[name]
-    vac_img = None
-    if any(r.cases for r in vac_rows):
-        jobs.append(("vacuity", (vac_rows,), out / img("vacuity")))
-        vac_img = images["vacuity"]
-    tiles = _tile_rows(op)
-    drift_imgs = []
-    by_fig: dict[tuple, list] = {}
-    for p in panels:
-        by_fig.setdefault((p.output, p.shape), []).append(p)
-    for (output, shape), ps in by_fig.items():
-        ps = [p for p in ps if any(s.points for s in p.series)]    # a panel with no point says nothing
-        if not ps:
-            continue
-        name = "drift-" + D.slug(output, *(v for _, v in shape))
-        at = ", ".join(f"{d}={v}" for d, v in shape)
-        jobs.append(("drift", (ps, f"{output} at {at}: max |error| / rms(golden) vs M, per scale profile "
-                                  f"(max over seeds)", tiles.get(output)), out / img(name)))
-        drift_imgs.append({"output": output, "shape": at, "src": images[name]})
-    workers = _run_plot_jobs(jobs, processes)
-    timings["plot workers"] = workers
+    jobs = [job for panel, panel_data in panels for job in panel.plots(context, panel_data)]
+    timings["plot workers"] = _run_plot_jobs(jobs, processes)
     timings["plots"] = time.perf_counter() - t0
     timings["plots CPU"] = time.process_time() - c0
-
-    td, td_why, td_img = None, "", None
-    if heatmap:
-        try:
-            td, td_why = _tile_drift(idx, op)
-            if td is not None:
-                t0 = time.perf_counter()
-                P.heatmap(td, out / img("tile-drift-heatmap"))
-                td_img = images["tile-drift-heatmap"]
-                timings["heatmap plot"] = time.perf_counter() - t0
-        except Exception as exc:   # noqa: BLE001 - the rest of the page is still worth having
-            td, td_why = None, f"the tile drift heatmap failed: {type(exc).__name__}: {exc}"
-
-    study = _drift_study(out, drift_study, img, op, study_strict, data.get("source"))
-
-    skipped = [{"case": idx.cases[c], "backend": b, "status": str(r.get("status", "error")),
-                "message": str(r.get("message", "")), "anchor": D.row_anchor(c, b, "*")}
-               for (c, b), r in sorted(idx.cell_status.items(), key=lambda kv: (idx.cases[kv[0][0]].sort_key, kv[0][1]))]
+    timings.update(context.timings)
 
     t0 = time.perf_counter()
-    env = environment()
-    html = env.get_template("report.html.j2").render(
+    idx = context.idx
+    html = environment().get_template("report.html.j2").render(
         title=title or _title(op), results_dir=str(results_dir), baseline_dir=None if baseline is None else str(baseline),
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), n_records=idx.n_records,
-        cases=idx.case_list(), backends=idx.backends, outputs=idx.outputs, cells=cells, counts=counts,
-        details=details, hist_img=hist_img, attribution=attribution, att_img=att_img,
-        vac_rows=vac_rows, vac_table=vac_table, vac_img=vac_img, drift_imgs=drift_imgs, panels=panels,
-        td=td, td_why=td_why, td_img=td_img, diff=diff, skipped=skipped, seed_rtol=D.ACCEPTANCE_RTOL,
-        seed_atol=D.ACCEPTANCE_ATOL, noise_ulp=D.NOISE_ULP_P99, noise_abs=D.NOISE_MAX_ABS_FACTOR,
-        sources=D.SOURCES, timings=timings, tiles=tiles, platform=platform, run_info=run_info,
-        dual=dual, dual_limits=RATIO_LIMITS, study=study, expectations_dir=_expectations_dir(op))
+        cases=idx.case_list(), backends=idx.backends, run_info=context.run_info, platform=context.platform,
+        timings=timings, panels=panels, data_of={panel.name: panel_data for panel, panel_data in panels})
     timings["html"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     timings["total CPU"] = time.process_time() - cpu_start
     html = html.replace("@@RENDER_SECONDS@@", f"{timings['total']:.1f}")
     path = out / "index.html"
     write_text_atomic(path, html)
-    return path, idx, counts
+    return path, idx, context.counts
