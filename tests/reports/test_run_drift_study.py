@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from reports.browser import check_page, find_chromium
+
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--profile", "none", "--case", "64,96,200,unit", "--backend", "torch-eager", "--benchmark", "none"]
 
@@ -26,6 +28,13 @@ def test_a_run_with_a_report_draws_its_own_drift_study(tmp_path):
     for family in ("db", "dw"):
         assert f'alt="drift study of {family}"' in page
     assert sorted((tmp_path / "report").rglob("*study-d*.png"))
+    if find_chromium() is None:      # the text above is checked; the browser's view where there is one
+        return
+    shot = tmp_path / "report" / "screenshot.png"
+    seen = check_page(tmp_path / "report" / "index.html", screenshot=shot)
+    study_images = [i for i in seen.images if "study-d" in i["src"]]
+    assert len(study_images) >= 2 and not seen.broken_images and not seen.errors, (seen.broken_images, seen.errors)
+    assert shot.read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_run_without_a_report_makes_no_study(tmp_path):
