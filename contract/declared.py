@@ -26,10 +26,14 @@ class RecordSchemaError(ValueError):
 
 
 class _Absent:
-    """A key the record does not carry (a field that is None is carried, as null)."""
+    """A key the record does not carry (a field that is None is carried, as null). False, as the
+    ``None`` a mapping's ``get`` gave readers for it."""
 
     def __repr__(self) -> str:
         return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
 
 
 ABSENT = _Absent()
@@ -97,3 +101,8 @@ def plain(value):
 def present(value, default=None):
     """``value``, or ``default`` for a key the record lacks or carries as null."""
     return default if value is None or value is ABSENT else value
+
+
+def unless_absent(value, default=None):
+    """``value`` (null included), or ``default`` for a key the record lacks."""
+    return default if value is ABSENT else value

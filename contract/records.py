@@ -261,7 +261,7 @@ class Record(Declared):
     @property
     def is_golden(self) -> bool:
         """Two goldens compared with each other, not a backend's output."""
-        return self.backend.startswith(GOLDEN_PREFIX)
+        return str(self.backend).startswith(GOLDEN_PREFIX)
 
 
 FIELDS = frozenset(Record.keys())

@@ -21,6 +21,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 import operators
 from accuracy.dual import RATIO_LIMITS
 from accuracy.metrics import histogram_edges
+from contract.declared import unless_absent
 from contract.records import records_of
 from reports import data as D
 from reports import plots as P
@@ -342,8 +343,8 @@ def _render_operator(data: dict, op, out: Path, results_dir, baseline, baseline_
 
     study = _drift_study(out, drift_study, img, op, study_strict, data.get("source"))
 
-    skipped = [{"case": idx.cases[c], "backend": b, "status": str(r.get("status", "error")),
-                "message": str(r.get("message", "")), "anchor": D.row_anchor(c, b, "*")}
+    skipped = [{"case": idx.cases[c], "backend": b, "status": str(r.status),
+                "message": str(unless_absent(r.message, "")), "anchor": D.row_anchor(c, b, "*")}
                for (c, b), r in sorted(idx.cell_status.items(), key=lambda kv: (idx.cases[kv[0][0]].sort_key, kv[0][1]))]
 
     t0 = time.perf_counter()
