@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from contract.records import records_of
+from contract.records import records_of, typed
 
 # Worst first: a cell's verdict is the worst of its outputs' (an error hides nothing below it).
 CELL_ORDER = ("crashed", "timed_out", "error", "fail", "unexpected_pass", "expected_failure", "skipped", "pass")
@@ -14,20 +14,16 @@ LABELS = {"pass": "passed", "fail": "failed", "expected_failure": "known failure
           "crashed": "crashed", "timed_out": "timed out"}
 
 
-def _is_backend(name: str) -> bool:
-    return not str(name).startswith("golden:")
-
-
 def cell_verdicts(records: Iterable[Mapping]) -> dict[tuple[str, str], str]:
     """(case, backend) -> the worst status among the cell's gated records (or its one error record)."""
     cells: dict[tuple[str, str], str] = {}
-    for r in records:
-        if not _is_backend(r.get("backend", "")) or not (r.get("gated") or r.get("output") == "*"):
+    for r in typed(records):
+        if r.is_golden or not (r.gated or r.output == "*"):
             continue
-        status = r.get("status")
+        status = r.status
         if status not in CELL_ORDER:
             continue
-        key = (r.get("case"), r.get("backend"))
+        key = (r.case, r.backend)
         if key not in cells or CELL_ORDER.index(status) < CELL_ORDER.index(cells[key]):
             cells[key] = status
     return cells
@@ -49,14 +45,14 @@ def acceptance_lines(records: Iterable[Mapping], case_id: str) -> list[str]:
     """At the operator's acceptance case, each backend's outputs by verdict: the run's headline
     (the reference schedules' emulations beside the kernels)."""
     outputs: dict[str, dict[str, list[str]]] = {}
-    for r in records:
-        if r.get("case") != case_id or not _is_backend(r.get("backend", "")):
+    for r in typed(records):
+        if r.case != case_id or r.is_golden:
             continue
-        if r.get("gated"):
-            outputs.setdefault(r["backend"], {}).setdefault(r.get("status"), []).append(r.get("output"))
-        elif r.get("output") == "*" and r.get("status") in CELL_ORDER:   # the cell did not run
-            why = str(r.get("message", "")).splitlines()[0] if r.get("message") else ""
-            outputs.setdefault(r["backend"], {})[r["status"]] = [why] if why else []
+        if r.gated:
+            outputs.setdefault(r.backend, {}).setdefault(r.status, []).append(r.output)
+        elif r.output == "*" and r.status in CELL_ORDER:   # the cell did not run
+            why = str(r.message).splitlines()[0] if r.message else ""
+            outputs.setdefault(r.backend, {})[r.status] = [why] if why else []
     if not outputs:
         return []
     lines = [f"at the acceptance case {case_id}:"]
@@ -93,10 +89,10 @@ def vacuity_line(records: Iterable[Mapping]) -> str | None:
     """Outputs where the operator's acceptance gate would pass an all-zero output, and at how many
     of the cases that gated them."""
     by_case: dict[tuple, bool] = {}      # (case, output) -> vacuous: a property of the case's reference
-    for r in records:
-        if r.get("gated") and _is_backend(r.get("backend", "")) and "vacuous_seed_gate" in r:
-            key = (r.get("case"), r.get("output"))
-            by_case[key] = by_case.get(key, False) or bool(r["vacuous_seed_gate"])
+    for r in typed(records):
+        if r.gated and not r.is_golden and r.given("vacuous_seed_gate"):
+            key = (r.case, r.output)
+            by_case[key] = by_case.get(key, False) or bool(r.vacuous_seed_gate)
     seen = Counter(o for _, o in by_case)
     vacuous = Counter(o for (_, o), v in by_case.items() if v)
     hit = [o for o in seen if vacuous[o]]
@@ -109,11 +105,11 @@ def vacuity_line(records: Iterable[Mapping]) -> str | None:
 
 def slowest_line(records: Iterable[Mapping]) -> str | None:
     best = None
-    for r in records:
-        seconds = r.get("seconds")
-        if _is_backend(r.get("backend", "")) and isinstance(seconds, (int, float)):
+    for r in typed(records):
+        seconds = r.seconds
+        if not r.is_golden and isinstance(seconds, (int, float)):
             if best is None or seconds > best[0]:
-                best = (seconds, r.get("case"), r.get("backend"))
+                best = (seconds, r.case, r.backend)
     if best is None:
         return None
     return f"slowest backend call: {best[2]} at {best[1]}, {best[0]:.1f} s"

@@ -6,7 +6,9 @@ without its spec): each of the operator's dimensions as its name and size (``M20
 then the scale profile and the seed (``-unit-s0``)."""
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from contract.declared import ABSENT, READABLE_SCHEMAS, SCHEMA_VERSION, Declared, RecordSchemaError  # noqa: F401
 
 # the golden layers an output is compared with; "reference" is the gated one
 GOLDENS = ("reference", "fp64", "faithful", "tiled")
@@ -30,36 +32,185 @@ def parse(case_id: str) -> tuple[dict[str, int], str, int] | None:
     return sizes, match["scale"], int(match["seed"])
 
 
-# The version of the results format (``runs.results``): the keys below, a results file's top level
-# ``schema``, ``records``, ``manifest``, ``planned``, ``missing``, ``unreadable_shards``, ``run``.
-SCHEMA_VERSION = 2
-# the versions a reader accepts: 1 (a results file of records alone, before run folders, manifests
-# and planned cells) has the same records
-READABLE_SCHEMAS = (1, 2)
-
-
-class RecordSchemaError(ValueError):
-    """A record with keys this schema does not declare."""
-
-
-class _Absent:
-    """A key the record does not carry (a field that is None is carried, as null)."""
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT = _Absent()
+@dataclass(frozen=True)
+class NonfiniteCounts(Declared):
+    """NaN and Inf, actual against golden (``metrics.nonfinite``)."""
+    nan_both: object = ABSENT
+    nan_actual_only: object = ABSENT
+    nan_expected_only: object = ABSENT
+    inf_match: object = ABSENT
+    inf_mismatch: object = ABSENT
 
 
 @dataclass(frozen=True)
-class Record:
+class Aggregate(Declared):
+    """The aggregate error model (``accuracy.metrics.ErrorStats._aggregate_result``): the fitted
+    scale and its allowance, errors toward and away from zero, up and down; None where the
+    direction was not counted."""
+    scale_beta: object = ABSENT
+    scale_sigma: object = ABSENT
+    scale_allowed: object = ABSENT
+    scale_bias: object = ABSENT
+    toward_zero: object = ABSENT
+    away_from_zero: object = ABSENT
+    direction_imbalance: object = ABSENT
+    direction_allowed: object = ABSENT
+    upward: object = ABSENT
+    downward: object = ABSENT
+    up_imbalance: object = ABSENT
+    localized: object = ABSENT         # ``accuracy.localized``: windows of rows and columns, as data
+
+
+@dataclass(frozen=True)
+class DualMetrics(Declared):
+    """msprobe's benchmark-standard metrics of one output (``ErrorStats._dual_result``)."""
+    small_value: object = ABSENT
+    small_value_atol: object = ABSENT
+    small_values: object = ABSENT
+    normal_values: object = ABSENT
+    small_value_error_ratio: object = ABSENT
+    rmse: object = ABSENT
+    max_rel_err: object = ABSENT
+    mean_rel_err: object = ABSENT
+    error_balance: object = ABSENT
+    ulp_over_1_share: object = ABSENT
+    nonfinite_disagreements: object = ABSENT
+    zero_passes: object = ABSENT
+
+
+@dataclass(frozen=True)
+class Metrics(Declared):
+    """An output against one golden (``accuracy.metrics.ErrorStats.finalize``). The ``dual_only``
+    form (the benchmark's own metrics) carries only shape, numel, the golden's size, the
+    non-finite counts and ``dual``."""
+    NESTED = {"nonfinite": NonfiniteCounts, "aggregate": Aggregate, "dual": DualMetrics}
+    shape: object = ABSENT
+    numel: object = ABSENT
+    compared: object = ABSENT
+    dual_only: object = ABSENT
+    rtol: object = ABSENT
+    atol: object = ABSENT
+    atol_effective: object = ABSENT
+    atol_capped: object = ABSENT
+    golden_rms: object = ABSENT
+    golden_max_abs: object = ABSENT
+    atol_rms: object = ABSENT
+    max_abs_err: object = ABSENT
+    max_abs_index: object = ABSENT
+    max_rel_err: object = ABSENT
+    max_rel_index: object = ABSENT
+    max_excess: object = ABSENT
+    max_excess_index: object = ABSENT
+    mismatches: object = ABSENT
+    mismatches_exact: object = ABSENT
+    mismatches_upper: object = ABSENT
+    mismatch_fraction: object = ABSENT
+    mismatches_seed_gate: object = ABSENT
+    nonfinite: object = ABSENT             # NonfiniteCounts
+    nonfinite_disagreements: object = ABSENT
+    first_nonfinite: object = ABSENT       # {index, actual, expected} of the first disagreement, or None
+    worst: object = ABSENT                 # the worst elements, as data ({index, actual, expected, ...})
+    ulp_p50: object = ABSENT
+    ulp_p99: object = ABSENT
+    ulp_max: object = ABSENT
+    ulp_max_index: object = ABSENT
+    ulp_hist: object = ABSENT
+    log10_abs_err_hist: object = ABSENT
+    exact_elements: object = ABSENT
+    sign_bias: object = ABSENT
+    mean_err_over_mean_abs_err: object = ABSENT
+    cosine: object = ABSENT
+    rms_ratio: object = ABSENT
+    small_value_share: object = ABSENT
+    zero_passes_seed_gate: object = ABSENT
+    allowance_max_ratio: object = ABSENT
+    bound_max_utilisation: object = ABSENT
+    bound_max_utilisation_index: object = ABSENT
+    bound_exceeded: object = ABSENT
+    bound_mean: object = ABSENT
+    allowance: object = ABSENT
+    detection_floor: object = ABSENT
+    aggregate: object = ABSENT             # Aggregate, or None
+    dual: object = ABSENT                  # DualMetrics, or None
+
+
+@dataclass(frozen=True)
+class AttributionNonfinite(Declared):
+    """Non-finite disagreements of the tile order and of the kernel."""
+    tile_order: object = ABSENT
+    kernel: object = ABSENT
+
+
+@dataclass(frozen=True)
+class Attribution(Declared):
+    """An output's error by source (``accuracy.compare.attribution``): the max abs difference due
+    to storage, tile order and the kernel, and which dominates."""
+    NESTED = {"nonfinite": AttributionNonfinite}
+    storage: object = ABSENT
+    tile_order: object = ABSENT
+    kernel: object = ABSENT
+    kernel_ulp_max: object = ABSENT
+    nonfinite: object = ABSENT             # AttributionNonfinite
+    dominant: object = ABSENT
+    faithful_to_schedule: object = ABSENT
+
+
+@dataclass(frozen=True)
+class DualVerdict(Declared):
+    """The dual-benchmark verdict of a gated record (``accuracy.dual``)."""
+    benchmark: object = ABSENT
+    passed: object = ABSENT
+    ratios: object = ABSENT                # ratio name -> the kernel's error over the benchmark's
+    failed: object = ABSENT
+    ulp_share: object = ABSENT
+    ulp_share_benchmark: object = ABSENT
+    ulp_rule_passed: object = ABSENT
+    nonfinite_consistent: object = ABSENT
+    vacuous: object = ABSENT
+    message: object = ABSENT
+
+
+@dataclass(frozen=True)
+class Determinism(Declared):
+    """--repeats: the runs of one backend compared bit for bit (``accuracy.determinism``), with
+    the spread of this output."""
+    repeats: object = ABSENT
+    bit_identical: object = ABSENT
+    differing_repeats: object = ABSENT
+    numel: object = ABSENT
+    differing_elements: object = ABSENT
+    differing_fraction: object = ABSENT
+    max_abs_spread: object = ABSENT
+    max_ulp_spread: object = ABSENT
+    nan_mismatch: object = ABSENT
+    first_differing_index: object = ABSENT
+    worst_ulp_index: object = ABSENT
+    worst_ulp_values: object = ABSENT
+    note: object = ABSENT
+
+
+@dataclass(frozen=True)
+class TileDrift(Declared):
+    """A tiled golden's per-tile drift against its global sum (``accuracy.tile_drift``)."""
+    tile_rows: object = ABSENT
+    block: object = ABSENT
+    drift: object = ABSENT
+    max_drift: object = ABSENT
+    mean_drift: object = ABSENT
+    max_bound: object = ABSENT
+    utilisation: object = ABSENT
+
+
+@dataclass(frozen=True)
+class Record(Declared):
     """One result record, as written to the results file.
 
     A backend's output at a case against one golden layer (``golden`` ``"*"`` and ``output``
     ``"*"`` for a cell that did not run: skipped, crashed, timed out); or two goldens compared
     with each other (``backend`` ``GOLDEN_PREFIX + layer``, ``golden`` the layer it is measured
     against). Every other key is carried only where it applies."""
+    NESTED = {"metrics": Metrics, "attribution": Attribution, "determinism": Determinism, "dual": DualVerdict,
+              "tile_drift": TileDrift}
     case: str
     backend: str
     output: str
@@ -70,21 +221,21 @@ class Record:
     backend_output: object = ABSENT    # what the backend printed during its call, capped
     message: object = ABSENT           # the verdict's message (gated) or why the cell did not run
     seconds: object = ABSENT
-    gated: object = ABSENT             # the record the cell's verdict reads
-    metrics: object = ABSENT           # ``accuracy.metrics.ErrorStats.finalize``
-    attribution: object = ABSENT       # error by source: storage, tile order, kernel
-    determinism: object = ABSENT       # --repeats: bit-identical runs, spreads
+    gated: object = ABSENT             # True: the record the cell's verdict reads
+    metrics: object = ABSENT           # Metrics (``accuracy.metrics.ErrorStats.finalize``), or None
+    attribution: object = ABSENT       # Attribution: error by source: storage, tile order, kernel
+    determinism: object = ABSENT       # Determinism: --repeats: bit-identical runs, spreads
     gate: object = ABSENT              # absolute | dual | both
     absolute_status: object = ABSENT   # the operator's criterion's verdict, whatever gated the cell
     checks_nothing: object = ABSENT    # why no kernel can fail at this case
-    dual: object = ABSENT              # the dual-benchmark verdict
+    dual: object = ABSENT              # DualVerdict: the dual-benchmark verdict, or None
     dual_missing: object = ABSENT      # why there is none
     vacuous_seed_gate: object = ABSENT  # would the acceptance gate pass all zeros here?
     atol_capped: object = ABSENT
     expected_reason: object = ABSENT   # a known failure's entry: its reason and source
     expected_source: object = ABSENT
     expected_exceeded: object = ABSENT  # by how much a known failure exceeded its bound
-    tile_drift: object = ABSENT        # a tiled golden's per-tile drift against its global sum
+    tile_drift: object = ABSENT        # TileDrift: a tiled golden's per-tile drift against its global sum
     rerun: object = ABSENT             # one command that reruns the cell alone
     device: object = ABSENT            # where the inputs and the backend ran
     golden_device: object = ABSENT     # where the goldens ran
@@ -93,43 +244,53 @@ class Record:
 
     @classmethod
     def from_json(cls, data: Mapping, where: str = "record") -> "Record":
-        """The record of a results file's mapping; a key this schema does not declare is refused,
-        naming it and the schema version."""
-        _refuse_undeclared(data, where)
-        missing = [k for k in REQUIRED if k not in data]
-        if missing:
-            raise RecordSchemaError(f"{where} lacks {missing} (results schema {SCHEMA_VERSION})")
-        return cls(**data)
-
-    def to_json(self) -> dict:
-        """The mapping written to the results file: the keys it carries, in declaration order."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not ABSENT}
+        """The record of a results file's mapping: its sub-records typed; a key this schema does not
+        declare, here or in a sub-record, is refused, naming it and the schema version."""
+        if isinstance(data, Mapping):
+            missing = [k for k in REQUIRED if k not in data]
+            if missing:
+                cls.refuse_undeclared(data, where)
+                raise RecordSchemaError(f"{where} lacks {missing} (results schema {SCHEMA_VERSION})")
+        return super().from_json(data, where)
 
     @property
     def key(self) -> tuple[str, str, str, str]:
         """What identifies it in a run: case, backend, output, golden."""
         return self.case, self.backend, self.output, self.golden
 
+    @property
+    def is_golden(self) -> bool:
+        """Two goldens compared with each other, not a backend's output."""
+        return str(self.backend).startswith(GOLDEN_PREFIX)
 
-FIELDS = frozenset(f.name for f in fields(Record))
+
+FIELDS = frozenset(Record.keys())
 REQUIRED = ("case", "backend", "output", "golden", "status")
 
 
-def _refuse_undeclared(data: Mapping, where: str) -> None:
-    unknown = sorted(set(data) - FIELDS)
-    if unknown:
-        raise RecordSchemaError(f"{where} has keys {unknown} that results schema {SCHEMA_VERSION} does not "
-                                f"declare (contract.records.Record); written by another version of the framework?")
-
-
 def checked(records: list, where: str) -> list:
-    """``records`` (as written), each mapping refused if it carries a key the schema does not declare;
-    returned as they are (a reader tolerates a record that lacks keys, or one that is not a mapping:
-    it shows them missing or skips them)."""
+    """``records`` (as written), each mapping refused if it, or a sub-record of it, carries a key the
+    schema does not declare; returned as they are (a reader tolerates a record that lacks keys, or
+    one that is not a mapping: ``typed`` skips them)."""
     for i, r in enumerate(records):
         if isinstance(r, Mapping):
-            _refuse_undeclared(r, f"{where}: record {i}")
+            Record.check(r, f"{where}: record {i}")
     return records
+
+
+def typed(records: Iterable, where: str = "results") -> list[Record]:
+    """The records a reader reads, as ``Record``: a key the schema does not declare is refused; a
+    record that is not a mapping, or lacks a key that identifies it (``REQUIRED``), is skipped, as
+    readers always skipped what they could not place."""
+    out = []
+    for i, r in enumerate(records):
+        if isinstance(r, Record):
+            out.append(r)
+        elif isinstance(r, Mapping) and all(k in r for k in REQUIRED):
+            out.append(Record.from_json(r, f"{where}: record {i}"))
+        elif isinstance(r, Mapping):
+            Record.check(r, f"{where}: record {i}")
+    return out
 
 
 def records_of(records: Iterable, case_operators: Mapping[str, str], operator: str) -> list:

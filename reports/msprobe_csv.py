@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from accuracy.dual import RATIO_LIMITS, REPORTED_LIMITS
+from contract.records import Record, typed
 
 COLUMNS = ("API Name", "小值域错误比值", "小值域判定结果", "均方根误差比值", "均方根误差判定结果",
            "相对误差最大值比值", "相对误差最大值判定结果", "相对误差平均值比值", "相对误差平均值判定结果",
@@ -39,26 +40,26 @@ def _status(ok: bool) -> str:
     return "pass" if ok else "error"
 
 
-def row(rec: Mapping) -> list[str]:
-    dual = rec["dual"]
-    ratios = dual["ratios"]
-    cells = [f"{rec['case']}/{rec['backend']}/{rec['output']}"]
+def row(rec: Record) -> list[str]:
+    dual = rec.dual
+    ratios = dual.ratios
+    cells = [f"{rec.case}/{rec.backend}/{rec.output}"]
     for metric in RATIO_COLUMNS:
         limit = RATIO_LIMITS[metric] if RATIO_LIMITS[metric] is not None else REPORTED_LIMITS[metric]
         cells += [_num(ratios[metric]), _status(ratios[metric] <= limit)]
     cells += [BLANK] * 8                                   # inf/nan, relative, absolute, binary rates
-    bench = dual["ulp_share_benchmark"]
-    ulp_ratio = (0.0 if dual["ulp_share"] == 0 else math.inf) if not bench else dual["ulp_share"] / bench
-    cells += [BLANK, _num(dual["ulp_share"]), _num(ulp_ratio), _status(dual["ulp_rule_passed"])]
-    cells += [BLANK, BLANK, _status(dual["passed"]), "标杆比对法",
-              "" if dual["passed"] else "over the limit: " + ", ".join(dual["failed"])]
+    bench = dual.ulp_share_benchmark
+    ulp_ratio = (0.0 if dual.ulp_share == 0 else math.inf) if not bench else dual.ulp_share / bench
+    cells += [BLANK, _num(dual.ulp_share), _num(ulp_ratio), _status(dual.ulp_rule_passed)]
+    cells += [BLANK, BLANK, _status(dual.passed), "标杆比对法",
+              "" if dual.passed else "over the limit: " + ", ".join(dual.failed)]
     return cells
 
 
-def write(records: Iterable[Mapping], path: str | Path) -> int:
+def write(records: Iterable[Mapping | Record], path: str | Path) -> int:
     """Write the CSV (UTF-8 with BOM, which spreadsheet programs need to read the Chinese titles);
     returns the number of rows."""
-    rows = [row(r) for r in records if r.get("gated") and r.get("dual")]
+    rows = [row(r) for r in typed(records) if r.gated and r.dual]
     with open(path, "w", newline="", encoding="utf-8-sig") as f:
         writer = csv.writer(f)
         writer.writerow(COLUMNS)

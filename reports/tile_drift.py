@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from accuracy.tile_drift import BLOCK as DEFAULT_BLOCK
+from contract.declared import present, unless_absent
+from contract.records import TileDrift as TileDriftRecord
 
 
 @dataclass
@@ -35,8 +37,8 @@ def from_records(idx, schedule: str, operator) -> tuple[TileDrift | None, str]:
     layer = f"tiled:{schedule}"
     found: dict = {}
     for (cid, rec_layer, output, _), rec in idx.goldens.items():
-        data = rec.get("tile_drift")
-        if rec_layer == layer and isinstance(data, dict) and data.get("drift"):
+        data = rec.tile_drift
+        if rec_layer == layer and isinstance(data, TileDriftRecord) and data.drift:
             found.setdefault(cid, {})[output] = data
     if not found:
         return None, (f"no per-tile drift of the {schedule} schedule in these results (the golden pass records "
@@ -53,8 +55,8 @@ def from_records(idx, schedule: str, operator) -> tuple[TileDrift | None, str]:
     td = TileDrift(cid, schedule)
     for output in (o for o in op.reduction_outputs if o in found[cid]):
         data = found[cid][output]
-        td.block = int(data.get("block", DEFAULT_BLOCK))
-        td.tile_rows[output] = data.get("tile_rows")
+        td.block = int(unless_absent(data.block, DEFAULT_BLOCK))
+        td.tile_rows[output] = present(data.tile_rows)
         for key in ("drift", "max_drift", "mean_drift", "max_bound", "utilisation"):
-            getattr(td, key)[output] = data.get(key, [])
+            getattr(td, key)[output] = unless_absent(getattr(data, key), [])
     return td, f"the largest {case.scale}-scale case in the results with tiles of the {schedule} schedule"

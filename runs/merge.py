@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from contract.records import typed
 from runs.results import SCHEMA_VERSION, load_results, missing_cells, record_order, write_atomic
 
 MUST_AGREE = ("framework.version", "framework.commit", "selection.operator", "selection.profile", "selection.seeds",
@@ -90,14 +91,14 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path, *, absent_shards:
 
     records, owner, duplicates = [], {}, []
     for name, run, m in zip(names, runs, manifests):
-        for rec in run["records"]:
-            key = (rec.get("case"), rec.get("backend"), rec.get("output"), rec.get("golden"))
+        for rec in typed(run["records"], name):
+            key = rec.key
             if key in owner and owner[key] != name:
                 duplicates.append(f"case {key[0]}, backend {key[1]!r}, output {key[2]}, golden {key[3]} in "
                                   f"{owner[key]} and {name}")
                 continue
             owner[key] = name
-            records.append({**rec, "host": m.get("host"), "device": rec.get("device") or m.get("device"),
+            records.append({**rec.to_json(), "host": m.get("host"), "device": rec.device or m.get("device"),
                             "run": run.get("run")})
     if duplicates:
         problems.append(f"{len(duplicates)} records appear in two runs: {_listed(duplicates)}")

@@ -13,19 +13,21 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-# Per record and per metrics dict: fields that describe the run, not its results.
+from contract.declared import plain, unless_absent
+from contract.records import Metrics, Record, typed
+
+# Fields of a record that describe the run, not its results.
 NOT_RESULTS = frozenset({"seconds", "golden_seconds", "backend_seconds", "worker", "host", "run", "rerun",
                          "started", "finished", "device", "golden_device"})
 
 
-def record_key(r: Mapping) -> tuple:
-    return (r.get("case"), r.get("backend"), r.get("output"), r.get("golden"))
-
-
-def _results_of(r: Mapping) -> dict:
-    out = {k: v for k, v in r.items() if k not in NOT_RESULTS}
-    if isinstance(out.get("metrics"), Mapping):
-        out["metrics"] = {k: v for k, v in out["metrics"].items() if k not in NOT_RESULTS and "seconds" not in k}
+def _results_of(r: Record) -> dict:
+    """The fields of ``r`` that are results, as JSON data, each declared field (``None`` where
+    absent: a field absent from one record and null in the other is no difference); its metrics
+    the same way, one level down (the metrics hold no timings)."""
+    out = {k: plain(unless_absent(getattr(r, k))) for k in Record.keys() if k not in NOT_RESULTS}
+    m = r.metrics
+    out["metrics"] = {k: plain(unless_absent(getattr(m, k))) for k in Metrics.keys()} if isinstance(m, Metrics) else {}
     return out
 
 
@@ -61,9 +63,11 @@ def _close(a, b, rtol: float, path: str, largest: dict) -> bool:
     return a == b
 
 
-def diff_records(before: Iterable[Mapping], after: Iterable[Mapping], float_rtol: float | None = None) -> RecordDiff:
-    a = {record_key(r): _results_of(r) for r in before}
-    b = {record_key(r): _results_of(r) for r in after}
+def diff_records(before: Iterable[Mapping | Record], after: Iterable[Mapping | Record],
+                 float_rtol: float | None = None) -> RecordDiff:
+    """``before`` and ``after``: records as loaded or typed (``contract.records.typed``)."""
+    a = {r.key: _results_of(r) for r in typed(before, "before")}
+    b = {r.key: _results_of(r) for r in typed(after, "after")}
     result = RecordDiff(only_before=sorted(set(a) - set(b), key=str), only_after=sorted(set(b) - set(a), key=str),
                         float_rtol=float_rtol)
 
@@ -75,9 +79,9 @@ def diff_records(before: Iterable[Mapping], after: Iterable[Mapping], float_rtol
         ra, rb = a[key], b[key]
         if ra == rb:
             continue
-        fields = [k for k in set(ra) | set(rb) if k != "metrics" and not same(ra.get(k), rb.get(k), k)]
-        ma, mb = ra.get("metrics") or {}, rb.get("metrics") or {}
-        fields += [f"metrics.{k}" for k in set(ma) | set(mb) if not same(ma.get(k), mb.get(k), f"metrics.{k}")]
+        fields = [k for k in ra if k != "metrics" and not same(ra[k], rb[k], k)]
+        ma, mb = ra["metrics"], rb["metrics"]
+        fields += [f"metrics.{k}" for k in ma if not same(ma[k], mb[k], f"metrics.{k}")]
         if fields:
             result.differing[key] = sorted(fields)
     return result

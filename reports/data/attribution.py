@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from contract.records import Attribution, AttributionNonfinite
 from reports.data.records import GOLDENS, Index, finite, metrics_of, num
 
 
@@ -38,10 +38,10 @@ def attribution_split(idx: Index) -> list[AttributionRow]:
                 if rec is None:
                     rec = next((idx.by_golden[k] for g in GOLDENS
                                 if (k := (case.id, backend, output, g)) in idx.by_golden), None)
-                att = rec.get("attribution") if rec is not None else None
-                if not isinstance(att, Mapping):
+                att = rec.attribution if rec is not None else None
+                if not isinstance(att, Attribution):
                     continue
-                parts = {s: finite(att.get(s)) for s in SOURCES}
+                parts = {s: finite(getattr(att, s)) for s in SOURCES}
                 if all(v is None for v in parts.values()):
                     continue
                 row.cases += 1
@@ -52,13 +52,13 @@ def attribution_split(idx: Index) -> list[AttributionRow]:
                 if total > 0:
                     for s in SOURCES:
                         shares[s].append((parts[s] or 0.0) / total)
-                dom = att.get("dominant")
+                dom = att.dominant
                 if dom in SOURCES:
                     row.dominant[dom] = row.dominant.get(dom, 0) + 1
-                nf = att.get("nonfinite")
-                if isinstance(nf, Mapping) and any((num(v) or 0) > 0 for v in nf.values()):
+                nf = att.nonfinite
+                if isinstance(nf, AttributionNonfinite) and any((num(v) or 0) > 0 for v in nf.to_json().values()):
                     row.nonfinite_cases += 1
-                fp = finite(metrics_of(idx.by_golden.get((case.id, backend, output, "fp64")) or {}).get("max_abs_err"))
+                fp = finite(metrics_of(idx.by_golden.get((case.id, backend, output, "fp64"))).max_abs_err)
                 if fp is not None:
                     row.max_total_vs_fp64 = max(row.max_total_vs_fp64 or 0.0, fp)
             row.mean_share = {s: (sum(v) / len(v) if v else 0.0) for s, v in ((s, shares[s]) for s in SOURCES)}

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from contract.records import Metrics
 
 from reports.data.records import FAILING, Index, NOISE_MAX_ABS_FACTOR, NOISE_ULP_P99, metrics_of, num
 from reports.data.verdicts import row_anchor, verdict_cells
@@ -40,20 +41,20 @@ def _fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3g}"
 
 
-def _worse(before: Mapping, after: Mapping) -> list[str]:
+def _worse(before: Metrics, after: Metrics) -> list[str]:
     """Why ``after`` is worse than ``before`` beyond noise (empty if it is not)."""
     reasons = []
-    p_b, p_a = num(before.get("ulp_p99")), num(after.get("ulp_p99"))
+    p_b, p_a = num(before.ulp_p99), num(after.ulp_p99)
     if p_b is not None and p_a is not None and p_a - p_b > NOISE_ULP_P99:
         reasons.append(f"ULP p99 {_fmt(p_b)} -> {_fmt(p_a)} (+{p_a - p_b:.3g} > {NOISE_ULP_P99:g})")
-    e_b, e_a = num(before.get("max_abs_err")), num(after.get("max_abs_err"))
+    e_b, e_a = num(before.max_abs_err), num(after.max_abs_err)
     if e_b is not None and e_a is not None:
         if math.isfinite(e_b) and not math.isfinite(e_a):
             reasons.append(f"max abs err {_fmt(e_b)} -> {_fmt(e_a)}")
         elif math.isfinite(e_a) and e_a > NOISE_MAX_ABS_FACTOR * e_b and e_a > 0:
             reasons.append(f"max abs err {_fmt(e_b)} -> {_fmt(e_a)} (x{e_a / e_b:.3g})" if e_b > 0
                            else f"max abs err 0 -> {_fmt(e_a)}")
-    nf_b, nf_a = num(before.get("nonfinite_disagreements")) or 0, num(after.get("nonfinite_disagreements")) or 0
+    nf_b, nf_a = num(before.nonfinite_disagreements) or 0, num(after.nonfinite_disagreements) or 0
     if nf_a > nf_b:
         reasons.append(f"NaN/Inf disagreements {nf_b:g} -> {nf_a:g}")
     return reasons

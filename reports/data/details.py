@@ -5,6 +5,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from contract.declared import unless_absent
+from contract.records import Aggregate, Metrics
 from reports.data.records import Case, FAILING, GOLDENS, Index, metrics_of, num
 from reports.data.verdicts import detail_anchor, row_anchor
 
@@ -14,11 +16,11 @@ DETAIL_METRICS = ("ulp_p50", "ulp_p99", "ulp_max", "max_abs_err", "max_rel_err",
 AGGREGATE_METRICS = ("scale_beta", "scale_allowed")
 
 
-def _detail_values(m: Mapping) -> dict:
+def _detail_values(m: Metrics) -> dict:
     """The detail table's numbers of one record: its metrics and, where the gate made them, the
     fitted scale and its allowed band."""
-    agg = m.get("aggregate") if isinstance(m.get("aggregate"), Mapping) else {}
-    return {**{k: num(m.get(k)) for k in DETAIL_METRICS}, **{k: num(agg.get(k)) for k in AGGREGATE_METRICS}}
+    agg = m.aggregate if isinstance(m.aggregate, Aggregate) else Aggregate()
+    return {**{k: num(getattr(m, k)) for k in DETAIL_METRICS}, **{k: num(getattr(agg, k)) for k in AGGREGATE_METRICS}}
 
 
 @dataclass
@@ -74,19 +76,19 @@ def details(idx: Index) -> list[Detail]:
                         continue
                     m = metrics_of(hr)
                     h = d.hist.setdefault(g, {"ulp": None, "log10_abs_err": None, "exact": 0, "cases": 0})
-                    h["ulp"] = _add(h["ulp"], m.get("ulp_hist"))
-                    h["log10_abs_err"] = _add(h["log10_abs_err"], m.get("log10_abs_err_hist"))
-                    h["exact"] += int(num(m.get("exact_elements")) or 0)
+                    h["ulp"] = _add(h["ulp"], m.ulp_hist)
+                    h["log10_abs_err"] = _add(h["log10_abs_err"], m.log10_abs_err_hist)
+                    h["exact"] += int(num(m.exact_elements) or 0)
                     h["cases"] += 1
                 if rec is None:
                     continue
                 m = metrics_of(rec)
-                fp = metrics_of(hist_recs.get("fp64") or {})
-                worst = [w for w in (m.get("worst") or []) if isinstance(w, Mapping)]
+                fp = metrics_of(hist_recs["fp64"])
+                worst = [w for w in (m.worst or []) if isinstance(w, Mapping)]
                 d.rows.append(DetailRow(
-                    case, str(rec.get("status", "?")), row_anchor(case.id, backend, output), str(rec.get("golden", "")),
+                    case, str(rec.status), row_anchor(case.id, backend, output), str(rec.golden),
                     _detail_values(m), _detail_values(fp), worst,
-                    int(num(m.get("nonfinite_disagreements")) or 0), str(rec.get("message", ""))))
+                    int(num(m.nonfinite_disagreements) or 0), str(unless_absent(rec.message, ""))))
             if d.rows or d.hist:
                 out.append(d)
     return out

@@ -48,15 +48,15 @@ def drift_panels(idx: Index, outputs: Sequence[str] | None = None, *, normalise:
     flags: dict[tuple, dict[tuple, dict]] = defaultdict(lambda: defaultdict(lambda: {"nonfinite": set(), "zeros": set()}))
 
     def scaled(m, name):
-        v = finite(m.get(name))
+        v = finite(getattr(m, name))
         if v is None or not normalise:
             return v
-        rms = finite(m.get("golden_rms"))
+        rms = finite(m.golden_rms)
         return v / rms if rms else None
 
     def add(key, skey, case, m):
         v = scaled(m, "max_abs_err")
-        nf = num(m.get("nonfinite_disagreements")) or 0
+        nf = num(m.nonfinite_disagreements) or 0
         if nf > 0:
             flags[key][skey]["nonfinite"].add(case.m)
         if v == 0.0 and nf == 0:

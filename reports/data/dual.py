@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.declared import present, unless_absent
+from contract.records import DualVerdict
 from reports.data.records import Case, Index
 
 
@@ -36,14 +38,14 @@ def dual_tables(idx: Index) -> list[DualTable]:
                 rec = idx.gated.get((case.id, backend, output))
                 if rec is None:
                     continue
-                dual = rec.get("dual")
-                if not dual:
-                    if rec.get("dual_missing") and rec["dual_missing"] not in missing:
-                        missing.append(rec["dual_missing"])
+                dual = rec.dual
+                if not isinstance(dual, DualVerdict):
+                    if rec.dual_missing and rec.dual_missing not in missing:
+                        missing.append(rec.dual_missing)
                     continue
-                rows.append(DualRow(case, backend, str(dual.get("benchmark")), dict(dual.get("ratios") or {}),
-                                    dual.get("ulp_share"), bool(dual.get("passed")), list(dual.get("failed") or []),
-                                    str(dual.get("message", "")), bool(dual.get("vacuous"))))
+                rows.append(DualRow(case, backend, str(present(dual.benchmark)), dict(dual.ratios or {}),
+                                    present(dual.ulp_share), bool(dual.passed), list(dual.failed or []),
+                                    str(unless_absent(dual.message, "")), bool(dual.vacuous)))
         if rows or missing:
             tables.append(DualTable(output, rows, missing))
     return tables

@@ -1,8 +1,10 @@
 """Result records as the report reads them: numbers, cases, and the index every table is built from.
 
-Everything here reads records defensively: a record may lack keys, floats may be the strings
-"inf", "-inf", "nan" (``runs.results.to_json``), the record format may gain fields. Nothing
-raises on a strange record; it is skipped or shown as missing."""
+The records are read once, as ``contract.records.Record`` (``index``): a key the schema does not
+declare is refused there; a record that is not one, or lacks a key that identifies it, is
+skipped. Fields are read defensively: a record may lack keys (``ABSENT``, an older file), floats
+may be the strings "inf", "-inf", "nan" (``runs.results.to_json``); nothing raises on a strange
+value, it is shown as missing."""
 from __future__ import annotations
 
 import hashlib
@@ -12,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from contract.records import FAILING, GOLDEN_PREFIX, GOLDENS, VERDICT_STATUSES  # noqa: F401  (the data layer's names)
+from contract.records import Metrics, Record, typed
 from contract.records import parse as parse_case_id
 from runs.results import from_json_number
 
@@ -42,13 +45,16 @@ def finite(value) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def metrics_of(rec: Mapping) -> Mapping:
-    m = rec.get("metrics") if isinstance(rec, Mapping) else None
-    return m if isinstance(m, Mapping) else {}
+NO_METRICS = Metrics()    # every field absent: what a record without metrics reads as
 
 
-def is_golden_record(rec: Mapping) -> bool:
-    return str(rec.get("backend", "")).startswith(GOLDEN_PREFIX)
+def metrics_of(rec: Record | None) -> Metrics:
+    m = rec.metrics if rec is not None else None
+    return m if isinstance(m, Metrics) else NO_METRICS
+
+
+def is_golden_record(rec: Record) -> bool:
+    return rec.is_golden
 
 
 def slug(*parts) -> str:
@@ -87,9 +93,9 @@ class Case:
 _NOT_DIMS = ("m", "scale", "seed", "id", "inputs_file")
 
 
-def case_of(rec: Mapping) -> Case:
-    cid = str(rec.get("case", "?"))
-    spec = rec.get("case_spec") if isinstance(rec.get("case_spec"), Mapping) else {}
+def case_of(rec: Record) -> Case:
+    cid = str(rec.case)
+    spec = rec.case_spec if isinstance(rec.case_spec, Mapping) else {}
 
     def as_int(v):
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -119,10 +125,10 @@ class Index:
     cases: dict[str, Case]
     backends: list[str]                       # kernels under test, in first-seen order
     outputs: list[str]
-    gated: dict[tuple[str, str, str], dict]   # (case, backend, output) -> gated record
-    by_golden: dict[tuple[str, str, str, str], dict]   # (case, backend, output, golden) -> record
-    cell_status: dict[tuple[str, str], dict]  # (case, backend) -> the "*" record of a skip / error
-    goldens: dict[tuple[str, str, str, str], dict]     # (case, golden layer, output, reference) -> record
+    gated: dict[tuple[str, str, str], Record]   # (case, backend, output) -> gated record
+    by_golden: dict[tuple[str, str, str, str], Record]   # (case, backend, output, golden) -> record
+    cell_status: dict[tuple[str, str], Record]  # (case, backend) -> the "*" record of a skip / error
+    goldens: dict[tuple[str, str, str, str], Record]     # (case, golden layer, output, reference) -> record
     n_records: int = 0
     reductions: tuple[str, ...] = ()          # the operator's outputs reduced over M (the drift panels)
 
@@ -130,23 +136,21 @@ class Index:
         return sorted(self.cases.values(), key=lambda c: c.sort_key)
 
 
-def index(records: Iterable[Mapping], operator=None) -> Index:
-    """``operator``: whose outputs the records hold (their order, which are reductions); default
-    the registry's default operator."""
+def index(records: Iterable[Mapping | Record], operator=None) -> Index:
+    """``records``: as loaded (mappings) or already typed; ``operator``: whose outputs the records
+    hold (their order, which are reductions); default the registry's default operator."""
     order, reductions = operator_outputs(operator)
     cases: dict[str, Case] = {}
     backends: list[str] = []
     outputs: list[str] = []
     gated, by_golden, cell_status, goldens = {}, {}, {}, {}
     n = 0
-    for rec in records:
-        if not isinstance(rec, Mapping):
-            continue
+    for rec in typed(records):
         n += 1
         case = case_of(rec)
         cases.setdefault(case.id, case)
-        backend, output, golden = str(rec.get("backend", "?")), str(rec.get("output", "?")), str(rec.get("golden", "?"))
-        if is_golden_record(rec):
+        backend, output, golden = str(rec.backend), str(rec.output), str(rec.golden)
+        if rec.is_golden:
             goldens[(case.id, backend[len(GOLDEN_PREFIX):], output, golden)] = rec
             continue
         if backend not in backends:
@@ -157,6 +161,6 @@ def index(records: Iterable[Mapping], operator=None) -> Index:
         if output not in outputs:
             outputs.append(output)
         by_golden[(case.id, backend, output, golden)] = rec
-        if rec.get("gated"):
+        if rec.gated:
             gated[(case.id, backend, output)] = rec
     return Index(cases, backends, _order(outputs, order), gated, by_golden, cell_status, goldens, n, tuple(reductions))

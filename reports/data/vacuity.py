@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from contract.declared import ABSENT, unless_absent
 from reports.data.records import Index, metrics_of, num
 
 
@@ -24,17 +25,17 @@ def vacuity(idx: Index) -> tuple[list[VacuityRow], dict[tuple[str, str], tuple[b
         if (case, output) in table:
             continue
         m = metrics_of(rec)
-        v = rec.get("vacuous_seed_gate", m.get("zero_passes_seed_gate"))
-        if v is None:
+        v = unless_absent(rec.vacuous_seed_gate, m.zero_passes_seed_gate)
+        if v is None or v is ABSENT:
             continue
-        table[(case, output)] = (bool(v), num(m.get("golden_max_abs")))
+        table[(case, output)] = (bool(v), num(m.golden_max_abs))
     for (case, layer, output, ref), rec in idx.goldens.items():
         # golden records: the reference layer's magnitude; use them only where no backend record says
         if (case, output) in table or ref != "fp64":
             continue
         m = metrics_of(rec)
-        if "zero_passes_seed_gate" in m:
-            table[(case, output)] = (bool(m["zero_passes_seed_gate"]), num(m.get("golden_max_abs")))
+        if m.given("zero_passes_seed_gate"):
+            table[(case, output)] = (bool(m.zero_passes_seed_gate), num(m.golden_max_abs))
     rows = []
     for output in idx.outputs:
         row = VacuityRow(output)

@@ -5,6 +5,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from contract.declared import present, unless_absent
+from contract.records import Record
 from reports.data.records import Index, VERDICT_STATUSES, metrics_of, slug
 
 
@@ -40,11 +42,12 @@ def detail_anchor(backend: str, output: str) -> str:
     return "d-" + slug(backend, output)
 
 
-def origin_of(rec: Mapping) -> str:
+def origin_of(rec: Record) -> str:
     """Where a merged run's record was produced (empty for a local run's)."""
-    if rec.get("host") is None and rec.get("device") is None:
+    host, device = present(rec.host), present(rec.device)
+    if host is None and device is None:
         return ""
-    return f"host {rec.get('host')}, device {rec.get('device')}"
+    return f"host {host}, device {device}"
 
 
 def verdict_cells(idx: Index) -> dict[tuple[str, str, str], Cell]:
@@ -57,19 +60,19 @@ def verdict_cells(idx: Index) -> dict[tuple[str, str, str], Cell]:
                 anchor = row_anchor(case, backend, output)
                 rec = idx.gated.get((case, backend, output))
                 if rec is not None:
-                    status = str(rec.get("status", "missing"))
+                    status = str(rec.status)
                     m = metrics_of(rec)
-                    vacuous = bool(rec.get("vacuous_seed_gate", m.get("zero_passes_seed_gate", False)))
+                    vacuous = bool(unless_absent(rec.vacuous_seed_gate, m.zero_passes_seed_gate))
                     cells[(case, backend, output)] = Cell(
                         status if status in VERDICT_STATUSES else "missing", vacuous,
-                        bool(rec.get("atol_capped", m.get("atol_capped", False))), str(rec.get("golden", "")),
-                        str(rec.get("message", "")), str(rec.get("expected_reason", "") or ""), anchor,
+                        bool(unless_absent(rec.atol_capped, m.atol_capped)), str(rec.golden),
+                        str(unless_absent(rec.message, "")), str(present(rec.expected_reason, "")), anchor,
                         origin_of(rec))
                 elif star is not None:
-                    status = str(star.get("status", "error"))
+                    status = str(star.status)
                     cells[(case, backend, output)] = Cell(
                         status if status in ("skipped", "error") else "error",
-                        message=str(star.get("message", "")), anchor=row_anchor(case, backend, "*"),
+                        message=str(unless_absent(star.message, "")), anchor=row_anchor(case, backend, "*"),
                         origin=origin_of(star))
                 elif any(k[0] == case and k[1] == backend for k in idx.gated):
                     cells[(case, backend, output)] = Cell("missing", anchor=anchor)

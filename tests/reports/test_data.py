@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from contract.records import Record
 from reports import data as D
 from tests.reports.helpers import cell, rec
 
@@ -19,9 +20,9 @@ def test_num_reads_strings_and_missing_values():
 
 
 def test_case_from_id_when_spec_missing():
-    c = D.case_of({"case": "M1025-K96-N200-seed-s3"})
+    c = D.case_of(Record("M1025-K96-N200-seed-s3", "b", "dx", "fp64", "pass"))
     assert (c.m, c.shape, c.scale, c.seed) == (1025, (("K", 96), ("N", 200)), "seed", 3)
-    assert D.case_of({}).id == "?"
+    assert D.case_of(Record("?", "b", "dx", "fp64", "pass")).id == "?"
 
 
 def test_verdict_cells_statuses_vacuity_and_skips():
