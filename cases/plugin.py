@@ -5,8 +5,8 @@ NAME|package.module:callable (repeatable), --profile quick|full|none, --case SIZ
 and --inputs FILE.safetensors (repeatable), --seeds N, --results-dir DIR, --device cpu|cuda,
 --chunk-rows N, --failed-only RESULTS, --resume RUN (``runs.resume``), --save-failing DIR
 (``cases.save_failing``).
-Every cell of a case is pinned to one xdist worker (``xdist_group``) so the case's
-goldens are computed once, in one pass shared by its backends.
+Every cell of a case is scheduled to one xdist worker (``cases.scheduling``) so the case's
+goldens are computed once, in one pass shared by its backends, and no worker waits on another.
 
 The operators are looked up here, at the edge, once per process (``run_operators``), and reach
 everything below as values: each case carries the name of its operator.
@@ -28,6 +28,7 @@ from cases.devices import worker_device
 from cases.evaluate import ScheduleError, declared_schedule
 from cases.matrix import LARGE_M, CaseSyntaxError, acceptance_case
 from cases import progress
+from cases.scheduling import CaseScheduling
 from cases.matrix import planned_cases as plan
 from cases.shards import assignment
 from cases.spec import InputsFileError
@@ -179,7 +180,7 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--gate {config.getoption('--gate')} needs a benchmark; --benchmark none turns it off")
     # every process that streams goldens (the controller without xdist, each xdist worker)
     keep_freed_memory()
-    # group cells of one case on one worker; harmless without xdist
+    # group cells of one case on one worker (``pytest_xdist_make_scheduler``); harmless without xdist
     if hasattr(config.option, "dist") and config.option.dist in ("load", "no") and getattr(
             config.option, "numprocesses", None):
         config.option.dist = "loadgroup"
@@ -720,6 +721,15 @@ def _param_cells(config) -> dict[str, tuple[str, str]]:
     """Test parameter id -> (case id, backend name), for every cell the options can produce."""
     cases = planned_cases(config)
     return {f"{spec.id}-{b}": (spec.id, b) for spec in cases for b in case_backend_names(config, spec)}
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``loadgroup`` scheduling that keeps a case's cells together (``cases.scheduling``)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    cells = _param_cells(config)
+    return CaseScheduling(config, log, case_of=lambda param: cells[param][0] if param in cells else None)
 
 
 def _record_planned(config, nodeids) -> None:

@@ -171,7 +171,8 @@ def test_bad_options_stop_before_any_case(args, message):
 
 def test_each_case_is_evaluated_once_per_run_whatever_the_scheduling(tmp_path):
     """Under -n 2 with two backends, each case's goldens (written once per evaluation) appear once,
-    and both backends of every case have their records."""
+    both backends of every case have their records, and every cell of a case ran on the worker
+    that evaluated it (no worker waits on another's evaluation)."""
     results = tmp_path / "results"
     proc = _pytest("-n", "2", "cases/", "--backend", "torch-eager", "--backend", "tiled-emulation", "-k",
                    "M1-K or M2-K or M1023", "--results-dir", str(results))
@@ -181,6 +182,10 @@ def test_each_case_is_evaluated_once_per_run_whatever_the_scheduling(tmp_path):
     assert sorted(goldens) == sorted(set(goldens)) and len(goldens) == 4, goldens
     cells = {(r["case"], r["backend"]) for r in R.load_records(results) if not r["backend"].startswith("golden")}
     assert len(cells) == 8
+    workers_of_case: dict[str, set] = {}
+    for shard in (run / "shards").glob("*/*.json"):
+        workers_of_case.setdefault(shard.name.split("--")[0], set()).add(shard.parent.name)
+    assert len(workers_of_case) == 4 and all(len(w) == 1 for w in workers_of_case.values()), workers_of_case
 
 
 def test_a_case_from_the_command_line_is_gated_and_recorded_like_the_matrix(tmp_path):
