@@ -28,7 +28,7 @@ from cases.devices import worker_device
 from cases.evaluate import ScheduleError, declared_schedule
 from cases.matrix import LARGE_M, CaseSyntaxError, acceptance_case
 from cases import progress
-from cases.scheduling import CaseScheduling
+from cases.scheduling import CaseScheduling, add_group_suffixes
 from cases.matrix import planned_cases as plan
 from cases.shards import assignment
 from cases.spec import InputsFileError
@@ -184,6 +184,10 @@ def pytest_configure(config):
     if hasattr(config.option, "dist") and config.option.dist in ("load", "no") and getattr(
             config.option, "numprocesses", None):
         config.option.dist = "loadgroup"
+    if getattr(config, "workerinput", {}).get("swiglu_loadgroup"):
+        # a worker decided from its own command line, before this hook, that it is no loadgroup
+        # worker (xdist's ``setup_config``); its controller says otherwise
+        config.option.loadgroup = True
     if not hasattr(config, "workerinput"):
         _check_device(config.getoption("--device"))
         for operator in run_operators(config):
@@ -525,6 +529,8 @@ def resumed_run(config) -> ResumedRun | None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
+    if hasattr(config, "workerinput") and config.getvalue("loadgroup"):
+        add_group_suffixes(items)
     # this shard's cases (the same assignment on every worker and machine: it depends on the ids)
     assignment = shard_assignment(config, [c for c in map(_case_of, items) if c is not None])
     if assignment is not None:
@@ -641,6 +647,7 @@ def pytest_configure_node(node):
     node.workerinput["swiglu_save_failing"] = None if save_root is None else str(save_root)
     resumed = resumed_run(node.config)
     node.workerinput["swiglu_resume"] = None if resumed is None else str(resumed.source)
+    node.workerinput["swiglu_loadgroup"] = node.config.option.dist == "loadgroup"
 
 
 def pytest_sessionstart(session):

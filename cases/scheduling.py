@@ -1,4 +1,4 @@
-"""Every cell of a case on one xdist worker: the scheduler that makes it so.
+"""Every cell of a case on one xdist worker, and every test of one ``xdist_group`` on one worker.
 
 A case's cells share one evaluation (inputs, backend calls, one golden pass), made by the first
 worker to reach the case while any other worker holding one of its cells waits on the lock
@@ -8,9 +8,13 @@ writes the group into ``Node._nodeid``: the ids reach the controller without the
 ``loadgroup`` schedules like ``load``. Measured before this scheduler: the M=220000 case's four
 cells on both of 2 workers, each worker 243 s on one evaluation.
 
-``CaseScheduling`` groups by the case a matrix cell's id names (``test_cell[<case>-<backend>]``,
-looked up in the run's own cells), and by xdist's ``@group`` suffix where a worker did add one;
-every other test is its own unit, as with ``load``.
+Two mends. A worker adds the ``@group`` suffix to its items' ids where xdist meant to
+(``add_group_suffixes``), so tests sharing an expensive module fixture or cached evaluation share
+a worker too (a module fixture otherwise runs once on each worker that gets one of its tests:
+``tests/core/test_resume.py``'s killed-and-resumed runs took 55 s and 47 s, twice). And
+``CaseScheduling`` groups a matrix cell by the case its id names (``test_cell[<case>-<backend>]``,
+looked up in the run's own cells) where no suffix came; every other test is its own unit, as
+with ``load``.
 """
 from __future__ import annotations
 
@@ -19,6 +23,35 @@ from collections.abc import Callable
 from xdist.scheduler import LoadGroupScheduling
 
 CELL = "test_cell["
+
+
+def _group(item) -> str | None:
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    return "_".join(names) or None
+
+
+def _set_nodeid(item, nodeid: str) -> bool:
+    """``item``'s id set to ``nodeid``, on pytest before 9.2 (``_nodeid``) and after (``_id``, a
+    ``NodeId`` parsed from the string); whether it took."""
+    current = getattr(item, "_id", None)
+    if current is not None and not isinstance(current, str) and hasattr(type(current), "parse"):
+        item._id = type(current).parse(nodeid)
+    else:
+        item._nodeid = nodeid
+    return item.nodeid == nodeid
+
+
+def add_group_suffixes(items) -> int:
+    """xdist's ``<id>@<group>`` on every item with an ``xdist_group`` mark that lacks it; the number
+    of items whose id could not be changed (their tests are then scheduled one by one)."""
+    missed = 0
+    for item in items:
+        group = _group(item)
+        if group is None or item.nodeid.endswith(f"@{group}"):
+            continue
+        missed += not _set_nodeid(item, f"{item.nodeid}@{group}")
+    return missed
 
 
 class CaseScheduling(LoadGroupScheduling):

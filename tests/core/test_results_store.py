@@ -252,3 +252,35 @@ def test_inputs_from_a_safetensors_file_are_a_case_named_by_their_bits(tmp_path)
 def torch_equal(a, b) -> bool:
     import torch
     return a.dtype == b.dtype and torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+GROUPED_MODULE = '''
+import os
+import pytest
+
+pytestmark = pytest.mark.xdist_group("{name}")
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_where(i, tmp_path_factory):
+    with open({log!r}, "a") as f:
+        f.write("{name} " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+'''
+
+
+def test_the_tests_of_one_xdist_group_run_on_one_worker(tmp_path):
+    """A module marked ``xdist_group`` runs on one worker under -n 2 (its module fixtures and
+    caches made once), with this project's plugin: pytest 9.2 ignores the group suffix xdist 3.8
+    writes, ``cases.scheduling`` writes it where pytest reads it."""
+    log = tmp_path / "workers.log"
+    for name in ("alpha", "beta"):
+        (tmp_path / f"test_{name}.py").write_text(GROUPED_MODULE.format(name=name, log=str(log)))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "cases.plugin", "-p", "no:cacheprovider",
+                           "--rootdir", str(tmp_path), str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "12 passed" in proc.stdout, proc.stdout[-2000:]
+    workers: dict[str, set] = {}
+    for line in log.read_text().splitlines():
+        name, worker = line.split()
+        workers.setdefault(name, set()).add(worker)
+    assert {name: len(w) for name, w in workers.items()} == {"alpha": 1, "beta": 1}, workers

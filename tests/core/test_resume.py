@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# one xdist worker for the whole module: its module fixtures (the killed, resumed and uninterrupted runs) are made once (cases.scheduling)
+pytestmark = pytest.mark.xdist_group("test_resume")
+
 ROOT = Path(__file__).resolve().parents[2]
 WRONG = "operators.swiglu_backward.kernels.plain:round_up_stores"
 CASES = ("64,96,200,unit", "1025,96,200,unit", "128,96,200,unit")
