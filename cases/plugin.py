@@ -530,7 +530,9 @@ def resumed_run(config) -> ResumedRun | None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
     if hasattr(config, "workerinput") and config.getvalue("loadgroup"):
-        add_group_suffixes(items)
+        # a matrix cell keeps its plain id (what a user copies to rerun it): the scheduler finds
+        # its case from the id itself
+        add_group_suffixes([item for item in items if _cell_of(item) is None])
     # this shard's cases (the same assignment on every worker and machine: it depends on the ids)
     assignment = shard_assignment(config, [c for c in map(_case_of, items) if c is not None])
     if assignment is not None:

@@ -8,13 +8,13 @@ writes the group into ``Node._nodeid``: the ids reach the controller without the
 ``loadgroup`` schedules like ``load``. Measured before this scheduler: the M=220000 case's four
 cells on both of 2 workers, each worker 243 s on one evaluation.
 
-Two mends. A worker adds the ``@group`` suffix to its items' ids where xdist meant to
-(``add_group_suffixes``), so tests sharing an expensive module fixture or cached evaluation share
-a worker too (a module fixture otherwise runs once on each worker that gets one of its tests:
-``tests/core/test_resume.py``'s killed-and-resumed runs took 55 s and 47 s, twice). And
-``CaseScheduling`` groups a matrix cell by the case its id names (``test_cell[<case>-<backend>]``,
-looked up in the run's own cells) where no suffix came; every other test is its own unit, as
-with ``load``.
+Two mends. ``CaseScheduling`` groups a matrix cell by the case its id names
+(``test_cell[<case>-<backend>]``, looked up in the run's own cells), so a cell keeps the plain id
+a user copies to rerun it. A worker adds xdist's ``@group`` suffix to its other tests' ids where
+xdist meant to (``add_group_suffixes``), so tests sharing an expensive module fixture or cached
+evaluation share a worker too (a module fixture otherwise runs once on each worker that gets one
+of its tests: ``tests/core/test_resume.py``'s killed-and-resumed runs took 55 s and 47 s, twice).
+Every other test is its own unit, as with ``load``.
 """
 from __future__ import annotations
 

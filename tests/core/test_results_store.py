@@ -174,7 +174,7 @@ def test_each_case_is_evaluated_once_per_run_whatever_the_scheduling(tmp_path):
     both backends of every case have their records, and every cell of a case ran on the worker
     that evaluated it (no worker waits on another's evaluation)."""
     results = tmp_path / "results"
-    proc = _pytest("-n", "2", "cases/", "--backend", "torch-eager", "--backend", "tiled-emulation", "-k",
+    proc = _pytest("-n", "2", "-rA", "cases/", "--backend", "torch-eager", "--backend", "tiled-emulation", "-k",
                    "M1-K or M2-K or M1023", "--results-dir", str(results))
     assert proc.returncode in (0, 1), proc.stdout[-3000:]
     run = R.run_dir(results, (results / "latest").read_text().strip())
@@ -186,6 +186,9 @@ def test_each_case_is_evaluated_once_per_run_whatever_the_scheduling(tmp_path):
     for shard in (run / "shards").glob("*/*.json"):
         workers_of_case.setdefault(shard.name.split("--")[0], set()).add(shard.parent.name)
     assert len(workers_of_case) == 4 and all(len(w) == 1 for w in workers_of_case.values()), workers_of_case
+    # a cell's test id stays the one a user copies to rerun it (-rA: every test's id in the summary)
+    ids = [line for line in proc.stdout.splitlines() if "test_cell[" in line]
+    assert len(ids) >= 8 and not any("]@" in line for line in ids), ids
 
 
 def test_a_case_from_the_command_line_is_gated_and_recorded_like_the_matrix(tmp_path):
