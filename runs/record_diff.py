@@ -24,10 +24,10 @@ NOT_RESULTS = frozenset({"seconds", "golden_seconds", "backend_seconds", "worker
 def _results_of(r: Record) -> dict:
     """The fields of ``r`` that are results, as JSON data, each declared field (``None`` where
     absent: a field absent from one record and null in the other is no difference); its metrics
-    the same way, one level down (the metrics hold no timings)."""
+    the same way, one level down, every key ``None`` where it has none (the metrics hold no timings)."""
     out = {k: plain(unless_absent(getattr(r, k))) for k in Record.keys() if k not in NOT_RESULTS}
-    m = r.metrics
-    out["metrics"] = {k: plain(unless_absent(getattr(m, k))) for k in Metrics.keys()} if isinstance(m, Metrics) else {}
+    m = r.metrics if isinstance(r.metrics, Metrics) else None
+    out["metrics"] = {k: None if m is None else plain(unless_absent(getattr(m, k))) for k in Metrics.keys()}
     return out
 
 

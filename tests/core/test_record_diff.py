@@ -30,6 +30,15 @@ def test_a_changed_metric_a_changed_verdict_and_a_lost_record_are_named():
     assert "1 differ, 1 only before" in text and "metrics.ulp_max, status" in text
 
 
+def test_a_record_that_lost_or_gained_its_metrics_differs_either_way():
+    bare = copy.deepcopy(RECORDS)
+    del bare[0]["metrics"]
+    key = ("M2-K96-N200-unit-s0", "plain", "dx", "reference")
+    for before, after in ((RECORDS, bare), (bare, RECORDS)):
+        d = diff_records(before, after)
+        assert d.differing == {key: ["metrics.mismatches", "metrics.ulp_max"]}, d.differing
+
+
 def test_floats_within_a_relative_tolerance_pass_and_nothing_else_moves():
     after = copy.deepcopy(RECORDS)
     after[0]["metrics"]["ulp_max"] = 0.5 * (1 + 1e-7)
