@@ -116,7 +116,8 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
             return run(b)
         progress.stage(f"backend {b.name} ({i} of {len(backends)}) called")
         result = run(b)
-        progress.stage_done(f"backend {b.name} " + ("returned" if result.ok else result.status or ("skipped" if result.skipped else "raised")))
+        how = "returned" if result.ok else result.status or ("skipped" if result.skipped else "raised")
+        progress.stage_done(f"backend {b.name} {how}")
         return result
 
     runs = {b.name: called(i, b) for i, b in enumerate(backends, 1)}

@@ -28,7 +28,7 @@ from cases.devices import worker_device
 from cases.evaluate import ScheduleError, declared_schedule
 from cases.matrix import LARGE_M, CaseSyntaxError, acceptance_case
 from cases import progress
-from cases.scheduling import CaseScheduling, add_group_suffixes
+from cases.scheduling import CaseScheduling, add_group_suffixes, cell_param
 from cases.matrix import planned_cases as plan
 from cases.shards import assignment
 from cases.spec import InputsFileError
@@ -747,10 +747,9 @@ def _record_planned(config, nodeids) -> None:
     # a resumed run plans the cells its source has records for too: the new run is the whole run
     planned = [c for c in cells.values() if c in resumed.done] if resumed is not None else []
     for nodeid in nodeids:
-        if "test_cell[" in nodeid:
-            param = nodeid.split("test_cell[", 1)[1].rsplit("]", 1)[0]
-            if param in cells:
-                planned.append(cells[param])
+        param = cell_param(nodeid)
+        if param in cells:
+            planned.append(cells[param])
     config.stash[PLANNED] = planned
     if planned:
         _start_run(config, planned)

@@ -25,6 +25,13 @@ from xdist.scheduler import LoadGroupScheduling
 CELL = "test_cell["
 
 
+def cell_param(nodeid: str) -> str | None:
+    """The parameter id of a matrix cell's test id (``<case>-<backend>``), or None for another test."""
+    if CELL not in nodeid:
+        return None
+    return nodeid.split(CELL, 1)[1].rsplit("]", 1)[0]
+
+
 def _group(item) -> str | None:
     names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                     for m in item.iter_markers("xdist_group")})
@@ -64,7 +71,8 @@ class CaseScheduling(LoadGroupScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         scope = super()._split_scope(nodeid)
-        if scope != nodeid or CELL not in nodeid:
+        param = cell_param(nodeid)
+        if scope != nodeid or param is None:
             return scope
-        case = self.case_of(nodeid.split(CELL, 1)[1].rsplit("]", 1)[0])
+        case = self.case_of(param)
         return nodeid if case is None else f"case:{case}"

@@ -124,6 +124,7 @@ def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | No
     run's drift study of it."""
     acceptance, studies = acceptance or {}, studies or {}
     if not case_operators:
+        records = typed(records)      # once, for every line below
         lines = backend_lines(records)
         for case_id in acceptance.values():
             lines += acceptance_lines(records, case_id)
