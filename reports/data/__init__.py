@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from reports.data.records import (
     operator_outputs, ACCEPTANCE_RTOL, ACCEPTANCE_ATOL, GOLDENS, VERDICT_STATUSES, FAILING, GOLDEN_PREFIX, NOISE_ULP_P99,
-    NOISE_MAX_ABS_FACTOR, num, finite, metrics_of, is_golden_record, slug, Case, case_of, Index,
+    NOISE_MAX_ABS_FACTOR, num, finite, metrics_of, slug, Case, case_of, Index,
     index,
 )
 from reports.data.verdicts import Cell, row_anchor, detail_anchor, origin_of, verdict_cells, status_counts
@@ -48,7 +48,6 @@ __all__ = [
     "num",
     "finite",
     "metrics_of",
-    "is_golden_record",
     "slug",
     "Case",
     "case_of",

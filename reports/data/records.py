@@ -53,10 +53,6 @@ def metrics_of(rec: Record | None) -> Metrics:
     return m if isinstance(m, Metrics) else NO_METRICS
 
 
-def is_golden_record(rec: Record) -> bool:
-    return rec.is_golden
-
-
 def slug(*parts) -> str:
     """An HTML id / file name for any strings (hostile ones included): readable part + hash."""
     text = "|".join(str(p) for p in parts)
