@@ -13,7 +13,10 @@ Two mends. ``CaseScheduling`` groups a matrix cell by the case its id names
 a user copies to rerun it. A worker adds xdist's ``@group`` suffix to its other tests' ids where
 xdist meant to (``add_group_suffixes``), so tests sharing an expensive module fixture or cached
 evaluation share a worker too (a module fixture otherwise runs once on each worker that gets one
-of its tests: ``tests/core/test_resume.py``'s killed-and-resumed runs took 55 s and 47 s, twice).
+of its tests: ``tests/core/test_resume.py``'s killed-and-resumed runs took 55 s and 47 s, twice;
+the project's own test modules are not marked: marked, one run of twelve of them saw
+``tests/mutants/test_gate_power.py`` compare a cached evaluation with a fresh one that differed in
+the last bits of the fitted scale's bias).
 Every other test is its own unit, as with ``load``.
 """
 from __future__ import annotations

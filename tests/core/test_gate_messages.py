@@ -9,8 +9,6 @@ from cases.spec import CaseSpec
 from kernels.registry import Backend
 from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 
-# one xdist worker for the whole module: its module fixture (the evaluated case) is made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_gate_messages")
 
 
 def _dg_wrong(**inputs):

@@ -21,8 +21,6 @@ from kernels.registry import Backend, resolve
 from operators.swiglu_backward.kernels.torch_autograd import torch_eager
 from operators.swiglu_backward import OPERATOR as SWIGLU
 
-# one xdist worker for the whole module: its module fixture (the hostile backends' run) is made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_hostile_backends")
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = CaseSpec(1025, 96, 200, "tiny", 0)    # subnormal dg: a flushing golden would change the verdicts

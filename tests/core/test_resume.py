@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-# one xdist worker for the whole module: its module fixtures (the killed, resumed and uninterrupted runs) are made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_resume")
 
 ROOT = Path(__file__).resolve().parents[2]
 WRONG = "operators.swiglu_backward.kernels.plain:round_up_stores"

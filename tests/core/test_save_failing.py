@@ -21,8 +21,6 @@ from cases.summary import cell_verdicts
 from operators.swiglu_backward import OPERATOR as SWIGLU
 from runs.record_diff import diff_records
 
-# one xdist worker for the whole module: its module fixtures (the run of failing cells, their reruns on another CPU kind) are made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_save_failing")
 
 ROOT = Path(__file__).resolve().parents[2]
 WRONG = "operators.swiglu_backward.kernels.plain:round_up_stores"

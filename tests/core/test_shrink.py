@@ -29,8 +29,6 @@ from contract.records import parse
 from kernels.registry import Backend
 from operators.swiglu_backward.kernels.plain import plain
 
-# one xdist worker for the whole module: its module fixtures (the failing runs to shrink) are made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_shrink")
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_WRONG_ROW = 2048       # the tail kernel's dx is right above this row, wrong from it on

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-# one xdist worker for the whole module: its module fixture (the run every tool is pointed at) is made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_tools_refuse")
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,6 @@ from kernels.registry import resolve
 from operators.swiglu_backward import OPERATOR as SWIGLU
 from runs.results import ResultsNotFound, load_results, to_json
 
-# one xdist worker for the whole module: its module fixture (a real case's records) is made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_typed_records")
 
 BACKENDS = ("torch-eager", "tiled-emulation")
 

@@ -15,8 +15,6 @@ from kernels.registry import Backend, resolve
 from kernels.runner import run_backend
 from operators.swiglu_backward import OPERATOR as SWIGLU
 
-# one xdist worker for the whole module: its module fixture (the evaluated case) is made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_verdict_invariance")
 
 SPEC = CaseSpec(4097, 96, 200, "unit", 0)
 BACKENDS = [Backend("plain", plain.plain), Backend("truncating", plain.round_toward_zero_stores),

@@ -19,8 +19,6 @@ from tests.mutants.kill_cases import (ALL, CASES, CORRECT_NAMES, FP32_MIN_NORMAL
                                       outcome, quick_small_ids)
 from operators.swiglu_backward import OPERATOR as SWIGLU
 
-# one xdist worker for the whole module: its cached evaluations per case are made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_kill_matrix")
 
 _KNOWN = expectations.load(SWIGLU)
 

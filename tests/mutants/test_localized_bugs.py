@@ -13,8 +13,6 @@ from operators.swiglu_backward.kernels import plain
 from kernels.registry import Backend, resolve
 from operators.swiglu_backward import OPERATOR as SWIGLU
 
-# one xdist worker for the whole module: its cached evaluations (the M=131072 case: minutes) are made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_localized_bugs")
 
 UNIT = CaseSpec(2049, 96, 200, "unit", 0)
 WIDE = CaseSpec(2048, 512, 1024, "seed", 0)     # 8 columns of 1024: 0.8% of dfc's sum r^2

@@ -18,8 +18,6 @@ from operators.swiglu_backward.kernels import plain
 from kernels.registry import Backend, resolve
 from operators.swiglu_backward import OPERATOR as SWIGLU
 
-# one xdist worker for the whole module: its cached evaluations of the four scales are made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_range_cases")
 
 RANGE = {c.scale: c for c in quick_cases(SWIGLU) if c.scale in ("below_fp16", "above_fp16", "sigmoid_tail")}
 SEED = CaseSpec(1025, 96, 200, "seed", 0)

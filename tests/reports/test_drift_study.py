@@ -14,8 +14,6 @@ from cases import drift_study as S
 from reports.browser import check_page, find_chromium
 from operators.swiglu_backward import OPERATOR as SWIGLU
 
-# one xdist worker for the whole module: its module fixture (the study) is made once (cases.scheduling)
-pytestmark = pytest.mark.xdist_group("test_drift_study")
 
 SMALL = S.StudyConfig(ms=(1024, 2049, 8192, 16384), seeds=3, profiles=("seed", "unit"), shape=(16, 32), processes=1)
 
