@@ -140,7 +140,15 @@ def reduction(terms, output: str, kind: str, length: int, rows: slice = slice(No
     partial = terms.part("prefix", output, rows) + ORDER_WINDOW_BLOCKS * terms.part("block", output, rows)
     order_sigma = U_FP32 * math.sqrt(length / 3) * partial
     order = sigmas * order_sigma
-    ref_allow, own_allow = term_roundings(var, worst, 2, sigmas) + order, term_roundings(var, worst, 1, sigmas) + order
+    declared = getattr(terms, "worst", {}).get(output)
+    if declared is not None:
+        # a derived model (``accuracy.derived``) knows each term's worst case over all its declared
+        # roundings: it caps both checks in place of the two-rounding argument of the hand models
+        cap = declared[rows].double() + MIN_NORMAL * terms.part("floor_l1", output, rows)
+        ref_allow = own_allow = torch.minimum(sigmas * var.sqrt(), cap) + order
+    else:
+        ref_allow = term_roundings(var, worst, 2, sigmas) + order
+        own_allow = term_roundings(var, worst, 1, sigmas) + order
     if kind == "sum_over_m":    # each element sums its own column of terms: independent
         return Allowance(ref_allow, own_allow, var + order_sigma ** 2)
     return Allowance(ref_allow, own_allow, order_sigma ** 2,

@@ -1,0 +1,271 @@
+"""An operator's golden and gate derived from its math and its declared rounding points.
+
+An operator that declares ``DerivedMath`` writes no golden and no allowance by hand:
+
+    def math(ops, t):                       # t: the inputs by name
+        h = ops.store("h", t["x"] + t["b"])     # "x + b may be stored in BF16"
+        dx = t["dy"] * gelu_grad(ops, h)
+        return {"dx": dx}, {"db": (None, ops.store("dx_sum", dx))}
+
+returns its row outputs (one row per row of M) and, per reduction over M, its operands
+``(lhs, rhs)``: the rows of rhs summed (``sum_over_m``) or lhs^T rhs (``contraction``, lhs an
+input). ``ops.store(name, x)`` is a legitimate choice: x may be kept in BF16 there; every
+other operation is FP32 math in any accurate form, and every sum over M any FP32 order within
+tiles of up to 8192 rows (``accuracy.allowance``).
+
+From that one definition (``accuracy.propagation``):
+
+* **golden**: the same function on tensors (``TensorOps``) under a plan: the FP64 reference
+  (nothing stored), the BF16-faithful path, any schedule's dtype path;
+* **row allowance**: each element's legitimate spread from the rounding model run on the
+  reference's values (``SpreadOps``): min(c sigma, worst case) with the framework's tail
+  constant c, as the hand models' ``term_roundings``; the fitted scale's per-element variance
+  from the points whose errors are independent per element, and the part a broadcast rounding
+  spreads over many elements (``shared_total``) from (sum over its elements of r x coefficient)^2 / 3;
+* **reduction term sums**: per term the variance and worst case of its operand's roundings
+  (``DerivedTermSums``), which ``accuracy.allowance.reduction`` reads in place of the
+  two-rounding cap the hand models argue;
+* **diagnosis bound**: the worst case of the points a schedule's plan stores, the FP32 math
+  scaled to the plan's math dtype, and the output's store.
+
+What it does not derive: the own-upstream checks (an operator that recomputes outputs from
+others declares ``own`` by hand, or has none), and a rounding bias of round to nearest on exact
+products (the framework's ``SCALE_BIAS`` floor covers it for every operator).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from accuracy.allowance import MIN_NORMAL, Allowance, tail_sigmas
+from accuracy.bounds import reduction_bound, unit_roundoff
+from accuracy.propagation import MATH, U_FP32, Spread, SpreadOps, spread_inputs
+from accuracy.term_sums import ReductionTermSums
+from contract.operator import ChunkGolden, OutputDecl
+from goldens.blocks import blocks
+from goldens.rounding import round_to
+from goldens.schedule_data import Schedules
+
+# the element-wise FP32 roundings the diagnosis bound gives a reduction's terms
+BOUND_TERM_OPS = 12
+
+
+class TensorOps:
+    """The ``ops`` of a golden: the plan's math dtype, its stores where it names them."""
+
+    spread = False
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def store(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        return round_to(x, self.plan.rounding(name))
+
+    @staticmethod
+    def sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+        return x.sum(dim, keepdim=True)
+
+    @staticmethod
+    def mean(x: torch.Tensor, dim: int) -> torch.Tensor:
+        return x.mean(dim, keepdim=True)
+
+    @staticmethod
+    def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a @ b
+
+    exp, sigmoid, tanh, erf = (staticmethod(f) for f in (torch.exp, torch.sigmoid, torch.tanh, torch.erf))
+    rsqrt, sqrt = staticmethod(torch.rsqrt), staticmethod(torch.sqrt)
+
+
+@dataclass
+class OutputSpread:
+    """One row output's rounding model over a block of rows (FP64, the output's shape)."""
+    variance: torch.Tensor
+    worst: torch.Tensor
+    worst_by_point: dict
+    independent_var: torch.Tensor
+    shared_rows: torch.Tensor
+
+
+@dataclass
+class DerivedRowTerms:
+    """What the gate reads of a block of rows: per row output its ``OutputSpread``; ``abs`` (the
+    name the comparison passes to ``bound``) per output the worst case by point."""
+    outputs: dict
+    abs: dict = field(default_factory=dict)
+
+
+class DerivedTermSums(ReductionTermSums):
+    """The framework's term sums plus, per term, the worst case of its declared roundings."""
+
+    def __init__(self):
+        super().__init__()
+        self.worst: dict[str, torch.Tensor] = {}
+
+    def add_worst(self, output: str, part: torch.Tensor) -> None:
+        part = part.double()
+        if output in self.worst:
+            self.worst[output] += part
+        else:
+            self.worst[output] = part.clone()
+
+    def add_operand(self, output: str, lhs: torch.Tensor | None, rhs: Spread, block: int) -> None:
+        """One chunk's operand of a reduction over M: the rows of ``rhs`` summed, or lhs^T rhs."""
+        var, worst, mag = rhs.variance(), rhs.worst(), rhs.value.abs()
+        if lhs is None:
+            for rows in blocks(mag.shape[0], block):
+                self.add_worst(output, worst[rows].sum(0, keepdim=True))
+            self.add_rows(output, mag, var, block)
+            return
+        lhs = lhs.double()
+        for rows in blocks(mag.shape[0], block):
+            l_abs, l_sq = lhs[rows].abs().t(), lhs[rows].square().t()
+            # one rounded rhs[m, n] moves a whole column n of the [K, N] sum: per column the
+            # Cauchy-Schwarz bound sum_m var_mn |lhs[m, :]|^2 (exact for one row)
+            shared = lhs[rows].square().sum(1, keepdim=True).t() @ var[rows]
+            self.add_part(output, l_abs @ mag[rows], l_sq @ var[rows], l_abs.sum(1, keepdim=True), shared)
+            self.add_worst(output, l_abs @ worst[rows])
+        self.rows_seen += mag.shape[0]
+
+
+def _per_row(group_var: torch.Tensor, rows: int) -> torch.Tensor:
+    """A shared rounding's variance in the fitted scale's numerator, per row of the block: a
+    group within a row counts in its row; one that spans the rows (broadcast over M) is spread
+    evenly over them."""
+    if group_var.shape[0] == rows:
+        return group_var.reshape(rows, -1).sum(1)
+    return group_var.sum().expand(rows) / rows
+
+
+def _output_spread(s: Spread, exact: torch.Tensor) -> OutputSpread:
+    """Totals of one row output: the variance independent per element, and what the broadcast
+    roundings add to the fitted scale's numerator sum r_j err_j, per row."""
+    shape = s.shape
+    r = torch.where(torch.isfinite(exact), exact.double(), 0.0)
+    independent = torch.zeros(shape, dtype=torch.float64)
+    shared_rows = torch.zeros(shape[0], dtype=torch.float64)
+    full = tuple(n > 1 for n in shape)
+    for coef, src in s.exact.values():
+        coef = coef.expand(shape)
+        if tuple(n > 1 for n in src) == full:
+            independent = independent + coef.square() / 3
+            continue
+        dims = [i for i, n in enumerate(src) if n == 1 and shape[i] > 1]
+        shared_rows += _per_row((r * coef).sum(dims, keepdim=True).square() / 3, shape[0])
+    for m in s.mixed.values():
+        sd = m.sd.expand(shape)
+        dims = [i for i, ind in enumerate(m.independent) if not ind and shape[i] > 1]
+        if not dims:
+            independent = independent + sd.square()
+            continue
+        shared_rows += _per_row((r.abs() * sd).sum(dims, keepdim=True).square(), shape[0])
+    return OutputSpread(s.variance(), s.worst(), s.worst_by_point(), independent, shared_rows)
+
+
+class DerivedMath:
+    """An operator's math with its rounding points (see the module's docstring). ``points``:
+    name -> what a kernel may store there; ``outputs``: the operator's output declarations
+    (``contract.operator.OutputDecl``); ``operand_points``: per reduction the point its operand
+    may be stored at (the diagnosis bound's stored input). ``golden``, ``gate`` and
+    ``schedules`` are what ``contract.operator.Operator`` takes."""
+
+    def __init__(self, math: Callable, points: Mapping[str, str], outputs: tuple[OutputDecl, ...],
+                 operand_points: Mapping[str, str] | None = None):
+        self.math = math
+        self.points = dict(points)
+        self.output_decls = tuple(outputs)
+        self.outputs = tuple(o.name for o in outputs)
+        self.kernel_of = {o.name: o.kernel for o in outputs if o.kernel is not None}
+        self.operand_points = dict(operand_points or {})
+        kernels = tuple(dict.fromkeys(self.kernel_of.values()))
+        self.schedules = Schedules(points=(*self.points, *self.outputs), kernels=kernels, outputs=self.outputs)
+        self.golden = _Golden(self)
+        self.gate = _Gate(self)
+
+    def evaluate(self, ops, inputs: Mapping) -> tuple[dict, dict]:
+        rows, operands = self.math(ops, dict(inputs))
+        unknown = set(rows) | set(operands)
+        unknown -= set(self.outputs)
+        if unknown:
+            raise ValueError(f"the math returned outputs {sorted(unknown)} the operator does not declare")
+        return rows, operands
+
+
+class _Golden:
+    """``Operator.golden``: the chunk under a plan, and the reference's rounding model."""
+
+    def __init__(self, derived: DerivedMath):
+        self.derived = derived
+
+    @staticmethod
+    def term_sums(inputs: Mapping[str, torch.Tensor]) -> DerivedTermSums:
+        return DerivedTermSums()
+
+    def chunk(self, rows, weights, plan, *, want_rows: bool, terms: DerivedTermSums | None = None,
+              raw=None, block: int = 1024) -> ChunkGolden:
+        values, operands = self.derived.evaluate(TensorOps(plan), {**rows, **weights})
+        out = {o: round_to(v, plan.rounding(o)) for o, v in values.items()} if want_rows else {}
+        row_terms = None
+        if terms is not None:
+            spreads, spread_operands = self.derived.evaluate(SpreadOps, spread_inputs({**rows, **weights}))
+            if want_rows:
+                per_output = {o: _output_spread(s, values[o]) for o, s in spreads.items()}
+                row_terms = DerivedRowTerms(per_output, {o: p.worst_by_point for o, p in per_output.items()})
+            for o, (lhs, rhs) in spread_operands.items():
+                terms.add_operand(o, None if lhs is None else (lhs.value if isinstance(lhs, Spread) else lhs),
+                                  rhs if isinstance(rhs, Spread) else Spread(rhs.double()), block)
+        return ChunkGolden(out, {o: (lhs, rhs) for o, (lhs, rhs) in operands.items()}, row_terms)
+
+
+class _Gate:
+    """``Operator.gate``: the derived allowances and bounds; no own-upstream checks."""
+
+    OWN_SOURCE: dict = {}
+    OWN_READS: dict = {}
+    UPSTREAM = ""
+
+    def __init__(self, derived: DerivedMath):
+        self.derived = derived
+        self.LEGITIMATE_CHOICES = (*self.derived.points.values(), "FP32 math, any accurate form of each function",
+                                   "any FP32 summation order within tiles of up to 8192 rows")
+
+    @staticmethod
+    def row_allowance(output: str, exact: torch.Tensor, rows: DerivedRowTerms, terms, sizes) -> Allowance:
+        p = rows.outputs[output]
+        sigmas = tail_sigmas(_numel(exact, sizes))
+        allow = torch.minimum(sigmas * p.variance.sqrt(), p.worst) + _subnormal_floor(exact)
+        return Allowance(allow, None, p.independent_var, shared_total=float(p.shared_rows.sum()),
+                         shared_rows=p.shared_rows, element_var=p.variance)
+
+    def bound(self, output: str, exact: torch.Tensor, abs_terms, sched, sizes) -> torch.Tensor:
+        plan = sched.plan
+        u_math = unit_roundoff(plan.math)
+        if isinstance(abs_terms, Mapping):       # a row output: the worst case by point
+            by_point = abs_terms[output]
+            total = torch.zeros_like(exact, dtype=torch.float64)
+            for point, worst in by_point.items():
+                if point == MATH:
+                    total = total + worst * (u_math / U_FP32)
+                elif plan.rounding(point) is not None:
+                    total = total + worst * (unit_roundoff(plan.rounding(point)) / 2.0 ** -8)
+            return total + unit_roundoff(plan.rounding(output)) * exact.abs()
+        return reduction_bound(abs_terms, exact, length=sizes[next(iter(sizes))], sched=sched,
+                               kernel=self.derived.kernel_of[output],
+                               inputs_stored=self.derived.operand_points.get(output), output=output,
+                               elementwise_ops=BOUND_TERM_OPS)
+
+    @staticmethod
+    def own(rows, weights, kernel) -> ChunkGolden:
+        return ChunkGolden({}, {})
+
+
+def _numel(exact: torch.Tensor, sizes) -> int:
+    """The output's element count over the whole case: its per-row size times M."""
+    return int(exact[0].numel()) * int(sizes[next(iter(sizes))]) if exact.dim() else 1
+
+
+def _subnormal_floor(exact: torch.Tensor) -> torch.Tensor:
+    """Half a subnormal spacing (2^-134): a rounding among the subnormals is not relative."""
+    return torch.full_like(exact, MIN_NORMAL * 2.0 ** -8, dtype=torch.float64)

@@ -1,0 +1,383 @@
+"""First-order propagation of an operator's legitimate roundings through its math, written once.
+
+An operator writes its math once against an ``ops`` namespace (``accuracy.derived``): run on
+tensors with ``TensorOps`` it is a golden (the FP64 reference, or a plan's dtype path with the
+plan's stores); run on ``Spread`` values with ``SpreadOps`` it is the rounding model the gate's
+allowance reads. Nothing per output is derived by hand.
+
+The model. A ``Spread`` holds a value in FP64 and its legitimate error to first order, as a sum
+of independent rounding errors:
+
+* **Named rounding points** (``ops.store(name, x)``: "x may be stored in BF16"): per element an
+  error e in [-1, 1] (round to nearest: uniform, variance 1/3) times half the BF16 spacing at
+  |x| (variance spacing^2 / 12, exact per element, as the hand models' term sums; the spacing
+  is taken at |x| (1 + 2^-7), the top of the binade a kernel's FP32 value may be in). Kept as
+  signed coefficients per point (``Spread.exact``), so one rounding that reaches an element
+  along two paths adds linearly (RMSNorm's dx = r (g - xhat c): g's rounding is in both terms),
+  and a rounding broadcast over a dimension (a per-row value) sums linearly over it.
+* **Mixed channels** (``Spread.mixed``): where a reduction sums a point's errors over the
+  elements it varies along (a mean over N, a matmul's inner dimension), the errors become one
+  variable per remaining element: kept as its standard deviation and worst case, with the
+  dimensions along which those variables are independent. Two mixed channels of the same point
+  meeting again add their standard deviations (the Cauchy-Schwarz bound: no correlation is
+  assumed away); different points add in quadrature. The correlation a mixed channel keeps with
+  its own point's unreduced errors (one term of N in a mean) is dropped: O(1/N).
+* **FP32 math**: every operation's result carries one FP32 rounding, <= u32 |result| (a mixed
+  channel of its own, ``MATH``); a function a kernel may compute in any accurate form
+  (``exp``, ``sigmoid``, ``erf``, ...) carries ``FUNCTION_ULPS`` FP32 ulps.
+
+Linearisation: an element-wise f moves every channel by f'(x); a product by the other factor;
+a matmul by the matrix, in squares for the variances. Exact for the linear parts (sums,
+products by exact values), first order elsewhere: where a rounding moves an argument across a
+function's curvature by more than its first-order term (a sigmoid's far tail, rsqrt near zero)
+the worst case is still first order, and the gate's tail constant is what covers it; the
+cross-check against the hand models (``tests/core/test_propagation.py``) measures how close.
+
+A Spread's totals per element: ``variance()`` (sum of exact coefficients^2 / 3 plus mixed
+sd^2) and ``worst()`` (sum of |coefficients| plus mixed worst cases); per point
+(``worst_by_point``) for the diagnosis bound of a plan that stores only some points.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from accuracy.ulp import bf16_spacing
+
+U_FP32 = 2.0 ** -24
+# a kernel rounds its FP32 value, whose binade is at most that of |exact| (1 + 2^-7)
+STORE_BINADE_MARGIN = 1 + 2.0 ** -7
+MATH = "fp32 math"
+# an accurate FP32 exp / sigmoid / erf / tanh / rsqrt is within a few ulps (glibc's and SLEEF's
+# are within 1-4); 4 ulps = 8 u32 relative, before its argument's error is carried
+FUNCTION_ULPS = 4
+
+
+@dataclass
+class Mixed:
+    """A point's errors after a reduction mixed them: per element a standard deviation and a worst
+    case, and per dimension whether the elements along it are independent (False: one variable
+    broadcast, or shared by a matmul's outputs)."""
+    sd: torch.Tensor
+    worst: torch.Tensor
+    independent: tuple[bool, ...]
+
+    def scaled(self, c: torch.Tensor) -> "Mixed":
+        a = c.abs()
+        return Mixed(self.sd * a, self.worst * a, self.independent)
+
+    def plus(self, other: "Mixed") -> "Mixed":
+        """The same point's channel arriving along two paths: standard deviations add (Cauchy-Schwarz)."""
+        return Mixed(self.sd + other.sd, self.worst + other.worst,
+                     tuple(a and b for a, b in zip(self.independent, other.independent)))
+
+
+def _dims(shape) -> int:
+    return len(shape)
+
+
+def _expand(t: torch.Tensor, shape) -> torch.Tensor:
+    return t.expand(shape) if tuple(t.shape) != tuple(shape) else t
+
+
+@dataclass
+class Spread:
+    """A value (FP64) and its first-order legitimate error (see the module's docstring):
+    ``exact`` point -> (coefficient times e, the point's own shape), ``mixed`` point -> Mixed."""
+    value: torch.Tensor
+    exact: dict = field(default_factory=dict)     # name -> (coef tensor, source shape)
+    mixed: dict = field(default_factory=dict)     # name -> Mixed
+
+    @property
+    def shape(self):
+        return tuple(self.value.shape)
+
+    # --- totals
+    def variance(self) -> torch.Tensor:
+        v = torch.zeros(self.shape, dtype=torch.float64)
+        for coef, _ in self.exact.values():
+            v = v + coef.square() / 3
+        for m in self.mixed.values():
+            v = v + m.sd.square()
+        return _expand(v, self.shape)
+
+    def worst_by_point(self) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for name, (coef, _) in self.exact.items():
+            out[name] = _expand(coef.abs(), self.shape)
+        for name, m in self.mixed.items():
+            out[name] = out.get(name, 0) + _expand(m.worst, self.shape)
+        return out
+
+    def worst(self) -> torch.Tensor:
+        w = torch.zeros(self.shape, dtype=torch.float64)
+        for part in self.worst_by_point().values():
+            w = w + part
+        return w
+
+    # --- linear maps of the error
+    def scaled(self, c: torch.Tensor, value: torch.Tensor) -> "Spread":
+        """The error times c (element-wise, broadcast), carried to a new ``value``."""
+        return Spread(value, {k: (coef * c, src) for k, (coef, src) in self.exact.items()},
+                      {k: m.scaled(c) for k, m in self.mixed.items()})
+
+    def merged(self, other: "Spread", value: torch.Tensor) -> "Spread":
+        exact = dict(self.exact)
+        for k, (coef, src) in other.exact.items():
+            exact[k] = (exact[k][0] + coef, src) if k in exact else (coef, src)
+        mixed = dict(self.mixed)
+        for k, m in other.mixed.items():
+            mixed[k] = mixed[k].plus(m) if k in mixed else m
+        return Spread(value, exact, mixed)
+
+    def __add__(self, other):
+        return add(self, other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return add(self, -other if not isinstance(other, Spread) else negate(other))
+
+    def __rsub__(self, other):
+        return add(negate(self), other)
+
+    def __neg__(self):
+        return negate(self)
+
+    def __mul__(self, other):
+        return mul(self, other)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        return div(self, other)
+
+    def __rtruediv__(self, other):
+        return div(other, self)
+
+    def __matmul__(self, other):
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return matmul(other, self)
+
+    def square(self):
+        return mul(self, self)
+
+
+def _value(x) -> torch.Tensor:
+    return x.value if isinstance(x, Spread) else torch.as_tensor(x, dtype=torch.float64)
+
+
+def _spread(x) -> Spread:
+    return x if isinstance(x, Spread) else Spread(torch.as_tensor(x, dtype=torch.float64))
+
+
+def with_math_rounding(s: Spread, ulps: float = 1.0) -> Spread:
+    """The FP32 rounding of an operation's result: up to ``ulps`` x u32 |result|, uniform."""
+    bound = (ulps * U_FP32) * s.value.abs()
+    m = Mixed(bound / math.sqrt(3), bound, (True,) * _dims(s.shape))
+    mixed = dict(s.mixed)
+    mixed[MATH] = mixed[MATH].plus(m) if MATH in mixed else m
+    return Spread(s.value, s.exact, mixed)
+
+
+def negate(a: Spread) -> Spread:
+    return Spread(-a.value, {k: (-c, src) for k, (c, src) in a.exact.items()}, dict(a.mixed))
+
+
+def add(a, b) -> Spread:
+    a, b = _spread(a), _spread(b)
+    value = a.value + b.value
+    return with_math_rounding(a.merged(b, value) if (b.exact or b.mixed) else
+                              Spread(value, a.exact, a.mixed))
+
+
+def mul(a, b) -> Spread:
+    va, vb = _value(a), _value(b)
+    value = va * vb
+    parts = [x.scaled(v, value) for x, v in ((a, vb), (b, va)) if isinstance(x, Spread)]
+    out = parts[0] if len(parts) == 1 else parts[0].merged(parts[1], value)
+    return with_math_rounding(out)
+
+
+def div(a, b) -> Spread:
+    va, vb = _value(a), _value(b)
+    value = va / vb
+    parts = []
+    if isinstance(a, Spread):
+        parts.append(a.scaled(1 / vb, value))
+    if isinstance(b, Spread):
+        parts.append(b.scaled(-value / vb, value))
+    out = parts[0] if len(parts) == 1 else parts[0].merged(parts[1], value)
+    return with_math_rounding(out)
+
+
+def elementwise(a: Spread, value: torch.Tensor, derivative: torch.Tensor, ulps: float) -> Spread:
+    """f(a) with f(a.value) = ``value``, f'(a.value) = ``derivative``: ``ulps`` FP32 ulps of its own."""
+    return with_math_rounding(a.scaled(derivative, value), ulps)
+
+
+def store(name: str, a: Spread) -> Spread:
+    """Point ``name``: a may be stored in BF16 here (one rounding, half the spacing at |a|)."""
+    half = bf16_spacing(a.value.abs() * STORE_BINADE_MARGIN) / 2
+    exact = dict(a.exact)
+    if name in exact:
+        raise ValueError(f"rounding point {name!r} is used twice in the math")
+    exact[name] = (half, a.shape)
+    return Spread(a.value, exact, dict(a.mixed))
+
+
+def _reduce_exact(coef: torch.Tensor, src: tuple, shape: tuple, dim: int, name: str,
+                  mixed: dict, exact: dict) -> None:
+    """Sum one point's coefficients over ``dim``: linear where the point is broadcast along it,
+    mixed where its own elements vary along it."""
+    full = _expand(coef, shape)
+    if src[dim] == 1:
+        exact[name] = (full.sum(dim, keepdim=True), src)
+        return
+    independent = tuple(s > 1 for s in src)
+    m = Mixed((full.square() / 3).sum(dim, keepdim=True).sqrt(), full.abs().sum(dim, keepdim=True),
+              tuple(ind if i != dim else True for i, ind in enumerate(independent)))
+    mixed[name] = mixed[name].plus(m) if name in mixed else m
+
+
+def _reduce_mixed(m: Mixed, shape: tuple, dim: int) -> Mixed:
+    sd, worst = _expand(m.sd, shape), _expand(m.worst, shape)
+    if m.independent[dim]:
+        sd = sd.square().sum(dim, keepdim=True).sqrt()
+    else:
+        sd = sd.sum(dim, keepdim=True)
+    return Mixed(sd, worst.sum(dim, keepdim=True), m.independent)
+
+
+def sum_over(a: Spread, dim: int) -> Spread:
+    """Sum over ``dim`` (kept, size 1), in FP32 in any order: each partial sum's rounding is an
+    FP32 ulp of at most the sum of |terms| (L - 1 of them, in quadrature, worst case gamma)."""
+    shape = a.shape
+    dim = dim % len(shape)
+    value = a.value.sum(dim, keepdim=True)
+    exact: dict = {}
+    mixed: dict = {}
+    for name, (coef, src) in a.exact.items():
+        _reduce_exact(coef, src, shape, dim, name, mixed, exact)
+    for name, m in a.mixed.items():
+        r = _reduce_mixed(m, shape, dim)
+        mixed[name] = mixed[name].plus(r) if name in mixed else r
+    length = shape[dim]
+    abs_sum = a.value.abs().sum(dim, keepdim=True)
+    order = Mixed(U_FP32 * math.sqrt(max(length - 1, 0) / 3) * abs_sum, max(length - 1, 0) * U_FP32 * abs_sum,
+                  (True,) * len(shape))
+    mixed[MATH] = mixed[MATH].plus(order) if MATH in mixed else order
+    return Spread(value, exact, mixed)
+
+
+def matmul(a, b) -> Spread:
+    """a @ b for 2-D a [M, N], b [N, K], either a Spread: the error of each carried through the
+    other's exact value (first order), summed over N in any FP32 order."""
+    va, vb = _value(a), _value(b)
+    value = va @ vb
+    parts = []
+    if isinstance(a, Spread):
+        parts.append(_matmul_left(a, vb, value))
+    if isinstance(b, Spread):
+        # (a @ b)^T = b^T @ a^T: b's error carried on the left of a^T
+        t = _matmul_left(_transposed(b), va.t(), value.t())
+        parts.append(_transposed(t))
+    out = parts[0] if len(parts) == 1 else parts[0].merged(parts[1], value)
+    n = va.shape[-1]
+    abs_sum = va.abs() @ vb.abs()
+    order = Mixed(U_FP32 * math.sqrt(n / 3) * abs_sum, n * U_FP32 * abs_sum, (True,) * 2)
+    mixed = dict(out.mixed)
+    mixed[MATH] = mixed[MATH].plus(order) if MATH in mixed else order
+    return Spread(value, out.exact, mixed)
+
+
+def _transposed(s: Spread) -> Spread:
+    return Spread(s.value.t(), {k: (c.t() if c.dim() == 2 else c, tuple(reversed(src)))
+                                for k, (c, src) in s.exact.items()},
+                  {k: Mixed(m.sd.t(), m.worst.t(), tuple(reversed(m.independent))) for k, m in s.mixed.items()})
+
+
+def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
+    """a's error [M, N] carried through a @ w, w exact [N, K]: a point broadcast along N stays
+    exact (its coefficient times w); one varying along N mixes (variances times w^2), and the
+    K outputs of one row share it (not independent along K)."""
+    shape = a.shape
+    exact: dict = {}
+    mixed: dict = {}
+    w_sq, w_abs = w.square(), w.abs()
+    for name, (coef, src) in a.exact.items():
+        full = _expand(coef, shape)
+        if src[1] == 1:
+            exact[name] = (full @ w, (src[0], value.shape[1]))
+            continue
+        m = Mixed(((full.square() / 3) @ w_sq).sqrt(), full.abs() @ w_abs, (src[0] > 1, False))
+        mixed[name] = mixed[name].plus(m) if name in mixed else m
+    for name, m in a.mixed.items():
+        sd, worst = _expand(m.sd, shape), _expand(m.worst, shape)
+        sd = (sd.square() @ w_sq).sqrt() if m.independent[1] else sd @ w_abs
+        r = Mixed(sd, worst @ w_abs, (m.independent[0], False))
+        mixed[name] = mixed[name].plus(r) if name in mixed else r
+    return Spread(value, exact, mixed)
+
+
+class SpreadOps:
+    """The ``ops`` of the rounding model: every point a legitimate BF16 store, FP64 values."""
+
+    spread = True
+
+    @staticmethod
+    def store(name: str, x: Spread) -> Spread:
+        return store(name, _spread(x))
+
+    @staticmethod
+    def sum(x: Spread, dim: int) -> Spread:
+        return sum_over(_spread(x), dim)
+
+    @staticmethod
+    def mean(x: Spread, dim: int) -> Spread:
+        s = sum_over(_spread(x), dim)
+        return mul(s, 1.0 / x.shape[dim % len(x.shape)])
+
+    @staticmethod
+    def matmul(a, b) -> Spread:
+        return matmul(a, b)
+
+    @staticmethod
+    def exp(x: Spread) -> Spread:
+        v = torch.exp(x.value)
+        return elementwise(x, v, v, FUNCTION_ULPS)
+
+    @staticmethod
+    def sigmoid(x: Spread) -> Spread:
+        s = torch.sigmoid(x.value)
+        return elementwise(x, s, s * (1 - s), FUNCTION_ULPS)
+
+    @staticmethod
+    def tanh(x: Spread) -> Spread:
+        t = torch.tanh(x.value)
+        return elementwise(x, t, 1 - t * t, FUNCTION_ULPS)
+
+    @staticmethod
+    def erf(x: Spread) -> Spread:
+        v = torch.erf(x.value)
+        return elementwise(x, v, (2 / math.sqrt(math.pi)) * torch.exp(-x.value.square()), FUNCTION_ULPS)
+
+    @staticmethod
+    def rsqrt(x: Spread) -> Spread:
+        r = torch.rsqrt(x.value)
+        return elementwise(x, r, -0.5 * r / x.value, FUNCTION_ULPS)
+
+    @staticmethod
+    def sqrt(x: Spread) -> Spread:
+        r = torch.sqrt(x.value)
+        return elementwise(x, r, 0.5 / r, FUNCTION_ULPS)
+
+
+def spread_inputs(inputs: Mapping[str, torch.Tensor]) -> dict[str, Spread]:
+    """The kernel's inputs as given (BF16 values, exact): no error of their own."""
+    return {n: Spread(t.double()) for n, t in inputs.items()}

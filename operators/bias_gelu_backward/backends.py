@@ -1,0 +1,36 @@
+"""Bias + GELU backward's backends: PyTorch's own autograd of ``F.gelu(x + b)`` in BF16, the same
+in FP32 from the BF16 inputs (each output stored once), and the tiled emulation of a fused
+kernel's loop (db accumulated in FP32 over tiles of 1024 rows). Each takes x [M, N], b [1, N],
+dy [M, N] in BF16 and returns dx [M, N], db [1, N] in BF16."""
+from __future__ import annotations
+
+import torch
+
+from goldens.layers import tiled_emulation as _tiled
+from operators.bias_gelu_backward import OPERATOR, TILED_FP32, TORCH_BF16
+
+
+def _autograd(x, b, dy, dtype):
+    x = x.to(dtype).detach().requires_grad_(True)
+    b = b.to(dtype).detach().requires_grad_(True)
+    y = torch.nn.functional.gelu(x + b)
+    dx, db = torch.autograd.grad(y, (x, b), grad_outputs=dy.to(dtype))
+    return {"dx": dx.to(torch.bfloat16), "db": db.to(torch.bfloat16)}
+
+
+def torch_eager(*, x, b, dy):
+    return _autograd(x, b, dy, torch.bfloat16)
+
+
+def torch_fp32(*, x, b, dy):
+    return _autograd(x, b, dy, torch.float32)
+
+
+def tiled_emulation(*, x, b, dy):
+    out = _tiled(OPERATOR, {"x": x, "b": b, "dy": dy}, TILED_FP32)
+    return {name: t.to(torch.bfloat16) for name, t in out.items()}
+
+
+torch_eager.schedule = TORCH_BF16
+torch_fp32.schedule = OPERATOR.schedules.FAITHFUL_GLOBAL
+tiled_emulation.schedule = TILED_FP32
