@@ -28,9 +28,12 @@ From that one definition (``accuracy.propagation``):
 * **diagnosis bound**: the worst case of the points a schedule's plan stores, the FP32 math
   scaled to the plan's math dtype, and the output's store.
 
+* **rounding bias**: each legitimate path (no point stored, all stored, each alone) run in FP32
+  as a kernel runs it, its errors against the exact values summed the way the fitted scale sums
+  a kernel's, whole and per row and column (``DerivedTermSums.scale_bias``, ``local_bias``).
+
 What it does not derive: the own-upstream checks (an operator that recomputes outputs from
-others declares ``own`` by hand, or has none), and a rounding bias of round to nearest on exact
-products (the framework's ``SCALE_BIAS`` floor covers it for every operator).
+others declares ``own`` by hand, or has none).
 """
 from __future__ import annotations
 
@@ -87,6 +90,16 @@ class OutputSpread:
     worst_by_point: dict
     independent_var: torch.Tensor
     shared_rows: torch.Tensor
+    mixed_var: torch.Tensor          # the mixed channels' part of ``variance`` (sums of many roundings)
+    mixed_worst: torch.Tensor        # and of ``worst``
+
+    def allowance(self, sigmas: float) -> torch.Tensor:
+        """Two bounds at the same tail probability, the smaller taken: the whole error as one
+        sub-Gaussian sum (c sigma), and the few roundings of the element's own points at their
+        worst case plus the mixed channels at c sigma (the hand models' split: a single term's
+        rounding is no Gaussian); both capped by the worst case of everything."""
+        split = (self.worst - self.mixed_worst) + torch.minimum(sigmas * self.mixed_var.sqrt(), self.mixed_worst)
+        return torch.minimum(torch.minimum(sigmas * self.variance.sqrt(), split), self.worst)
 
 
 @dataclass
@@ -98,11 +111,58 @@ class DerivedRowTerms:
 
 
 class DerivedTermSums(ReductionTermSums):
-    """The framework's term sums plus, per term, the worst case of its declared roundings."""
+    """The framework's term sums plus, per term, the worst case of its declared roundings, and
+    the fitted scale's rounding bias of the legitimate paths on this case's data: per path and
+    output, sum (path - exact) exact, whole and per row and column (``scale_bias``,
+    ``local_bias``: what ``accuracy.compare`` and ``accuracy.localized`` read)."""
 
     def __init__(self):
         super().__init__()
         self.worst: dict[str, torch.Tensor] = {}
+        self._row_num: dict = {}      # row output -> path -> [per-row numerators of each chunk]
+        self._col_num: dict = {}      # row output -> path -> per-column numerator
+        self._den: dict = {}          # row output -> sum exact^2
+        self._err_sums: dict = {}     # reduction -> path -> its operands' errors summed over M
+
+    def add_path_rows(self, output: str, path: str, err: torch.Tensor, exact: torch.Tensor) -> None:
+        prod = (err * exact).reshape(exact.shape[0], -1)
+        self._row_num.setdefault(output, {}).setdefault(path, []).append(prod.sum(1))
+        cols = self._col_num.setdefault(output, {})
+        cols[path] = cols[path] + prod.sum(0) if path in cols else prod.sum(0)
+        if path == next(iter(self._row_num[output])):
+            self._den[output] = self._den.get(output, 0.0) + float(exact.square().sum())
+
+    def add_path_operand(self, output: str, path: str, lhs: torch.Tensor | None, err: torch.Tensor) -> None:
+        part = err.sum(0, keepdim=True) if lhs is None else lhs.t() @ err
+        sums = self._err_sums.setdefault(output, {})
+        sums[path] = sums[path] + part if path in sums else part
+
+    def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
+        """The largest |fitted scale| a legitimate path's roundings give ``output`` on this data."""
+        if output in self._row_num:
+            den = self._den.get(output, 0.0)
+            return max(abs(float(torch.cat(n).sum())) / den for n in self._row_num[output].values()) if den > 0 else 0.0
+        if exact is None or output not in self._err_sums:
+            return 0.0
+        r = torch.where(torch.isfinite(exact), exact.double(), 0.0)
+        den = float(r.square().sum())
+        if den == 0:
+            return 0.0
+        return max(abs(float((e.double() * r).sum())) / den for e in self._err_sums[output].values())
+
+    def local_bias(self, output: str, exact: torch.Tensor | None = None) -> dict | None:
+        """``scale_bias``'s numerators per row and per column of the output, one row per path."""
+        if output in self._row_num:
+            paths = list(self._row_num[output])
+            return {"rows": torch.stack([torch.cat(self._row_num[output][p]) for p in paths]).numpy(),
+                    "columns": torch.stack([self._col_num[output][p] for p in paths]).numpy()}
+        if exact is None or output not in self._err_sums:
+            return None
+        r = torch.where(torch.isfinite(exact), exact.double(), 0.0)
+        r = r.reshape(-1, r.shape[-1])
+        prods = [e.double().reshape(r.shape) * r for e in self._err_sums[output].values()]
+        return {"rows": torch.stack([q.sum(1) for q in prods]).numpy() if r.shape[0] > 1 else None,
+                "columns": torch.stack([q.sum(0) for q in prods]).numpy()}
 
     def add_worst(self, output: str, part: torch.Tensor) -> None:
         part = part.double()
@@ -161,7 +221,13 @@ def _output_spread(s: Spread, exact: torch.Tensor) -> OutputSpread:
             independent = independent + sd.square()
             continue
         shared_rows += _per_row((r.abs() * sd).sum(dims, keepdim=True).square(), shape[0])
-    return OutputSpread(s.variance(), s.worst(), s.worst_by_point(), independent, shared_rows)
+    mixed_var = torch.zeros(shape, dtype=torch.float64)
+    mixed_worst = torch.zeros(shape, dtype=torch.float64)
+    for m in s.mixed.values():
+        mixed_var = mixed_var + m.sd.square()
+        mixed_worst = mixed_worst + m.worst
+    return OutputSpread(s.variance(), s.worst(), s.worst_by_point(), independent, shared_rows,
+                        mixed_var.expand(shape), mixed_worst.expand(shape))
 
 
 class DerivedMath:
@@ -183,6 +249,19 @@ class DerivedMath:
         self.schedules = Schedules(points=(*self.points, *self.outputs), kernels=kernels, outputs=self.outputs)
         self.golden = _Golden(self)
         self.gate = _Gate(self)
+
+    def bias_paths(self) -> dict:
+        """The legitimate paths whose rounding bias the fitted scale allows: FP32 math with no
+        point stored, every point stored, and each point alone (a bias is a property of the
+        values a store rounds; these bracket the combinations)."""
+        if not hasattr(self, "_bias_paths"):
+            base = self.schedules.BF16_FAITHFUL
+            bf16 = torch.bfloat16
+            paths = {"fp32": base, "all stored": base.with_store(**dict.fromkeys(self.points, bf16))}
+            if len(self.points) > 1:
+                paths.update({f"{p} stored": base.with_store(**{p: bf16}) for p in self.points})
+            self._bias_paths = paths
+        return self._bias_paths
 
     def evaluate(self, ops, inputs: Mapping) -> tuple[dict, dict]:
         rows, operands = self.math(ops, dict(inputs))
@@ -216,7 +295,25 @@ class _Golden:
             for o, (lhs, rhs) in spread_operands.items():
                 terms.add_operand(o, None if lhs is None else (lhs.value if isinstance(lhs, Spread) else lhs),
                                   rhs if isinstance(rhs, Spread) else Spread(rhs.double()), block)
+            self._add_path_bias(terms, {**rows, **weights}, values, operands)
         return ChunkGolden(out, {o: (lhs, rhs) for o, (lhs, rhs) in operands.items()}, row_terms)
+
+
+    def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands) -> None:
+        """Round to nearest is biased on some data (an exact product of two BF16 values rounds
+        toward zero more often than away): each legitimate path (``DerivedMath.bias_paths``) run
+        in FP32 as a kernel runs it, its stored outputs' and its operands' errors against the
+        exact values kept for the fitted scale."""
+        f32 = {k: v.float() for k, v in inputs64.items()}
+        for path, plan in self.derived.bias_paths().items():
+            values, operands = self.derived.evaluate(TensorOps(plan), f32)
+            for o, v in values.items():
+                exact = exact_rows[o]
+                err = torch.nan_to_num(round_to(v, torch.bfloat16).double() - exact, 0.0, 0.0, 0.0)
+                terms.add_path_rows(o, path, err, torch.where(torch.isfinite(exact), exact, 0.0))
+            for o, (lhs, rhs) in operands.items():
+                err = torch.nan_to_num(rhs.double() - exact_operands[o][1].double(), 0.0, 0.0, 0.0)
+                terms.add_path_operand(o, path, None if lhs is None else exact_operands[o][0].double(), err)
 
 
 class _Gate:
@@ -235,7 +332,7 @@ class _Gate:
     def row_allowance(output: str, exact: torch.Tensor, rows: DerivedRowTerms, terms, sizes) -> Allowance:
         p = rows.outputs[output]
         sigmas = tail_sigmas(_numel(exact, sizes))
-        allow = torch.minimum(sigmas * p.variance.sqrt(), p.worst) + _subnormal_floor(exact)
+        allow = p.allowance(sigmas) + _subnormal_floor(exact)
         return Allowance(allow, None, p.independent_var, shared_total=float(p.shared_rows.sum()),
                          shared_rows=p.shared_rows, element_var=p.variance)
 

@@ -22,16 +22,17 @@ of independent rounding errors:
   meeting again add their standard deviations (the Cauchy-Schwarz bound: no correlation is
   assumed away); different points add in quadrature. The correlation a mixed channel keeps with
   its own point's unreduced errors (one term of N in a mean) is dropped: O(1/N).
+* **Second order**: where f' vanishes a rounding still moves f by f'' delta^2 / 2: each function
+  declares a bound on |f''| over its argument's worst-case interval, a product of two erring
+  values their product of worst cases; kept as a worst case (``SECOND_ORDER``).
 * **FP32 math**: every operation's result carries one FP32 rounding, <= u32 |result| (a mixed
   channel of its own, ``MATH``); a function a kernel may compute in any accurate form
   (``exp``, ``sigmoid``, ``erf``, ...) carries ``FUNCTION_ULPS`` FP32 ulps.
 
 Linearisation: an element-wise f moves every channel by f'(x); a product by the other factor;
 a matmul by the matrix, in squares for the variances. Exact for the linear parts (sums,
-products by exact values), first order elsewhere: where a rounding moves an argument across a
-function's curvature by more than its first-order term (a sigmoid's far tail, rsqrt near zero)
-the worst case is still first order, and the gate's tail constant is what covers it; the
-cross-check against the hand models (``tests/core/test_propagation.py``) measures how close.
+products by exact values), first order plus the second-order bound elsewhere. A Monte-Carlo of
+the roundings (``tests/core/test_propagation.py``) checks the variances and the worst cases.
 
 A Spread's totals per element: ``variance()`` (sum of exact coefficients^2 / 3 plus mixed
 sd^2) and ``worst()`` (sum of |coefficients| plus mixed worst cases); per point
@@ -51,6 +52,7 @@ U_FP32 = 2.0 ** -24
 # a kernel rounds its FP32 value, whose binade is at most that of |exact| (1 + 2^-7)
 STORE_BINADE_MARGIN = 1 + 2.0 ** -7
 MATH = "fp32 math"
+SECOND_ORDER = "second order"
 # an accurate FP32 exp / sigmoid / erf / tanh / rsqrt is within a few ulps (glibc's and SLEEF's
 # are within 1-4); 4 ulps = 8 u32 relative, before its argument's error is carried
 FUNCTION_ULPS = 4
@@ -167,13 +169,31 @@ class Spread:
     def square(self):
         return mul(self, self)
 
+    def t(self) -> "Spread":
+        return _transposed(self)
+
+    @property
+    def has_error(self) -> bool:
+        return bool(self.exact or self.mixed)
+
 
 def _value(x) -> torch.Tensor:
     return x.value if isinstance(x, Spread) else torch.as_tensor(x, dtype=torch.float64)
 
 
+def _erring(x) -> bool:
+    """Whether x carries an error to propagate (an input is a Spread without one)."""
+    return isinstance(x, Spread) and x.has_error
+
+
 def _spread(x) -> Spread:
     return x if isinstance(x, Spread) else Spread(torch.as_tensor(x, dtype=torch.float64))
+
+
+def _joined(parts: list, value: torch.Tensor) -> Spread:
+    if not parts:
+        return Spread(value)
+    return parts[0] if len(parts) == 1 else parts[0].merged(parts[1], value)
 
 
 def with_math_rounding(s: Spread, ulps: float = 1.0) -> Spread:
@@ -192,38 +212,61 @@ def negate(a: Spread) -> Spread:
 def add(a, b) -> Spread:
     a, b = _spread(a), _spread(b)
     value = a.value + b.value
-    return with_math_rounding(a.merged(b, value) if (b.exact or b.mixed) else
-                              Spread(value, a.exact, a.mixed))
+    return with_math_rounding(a.merged(b, value))
 
 
 def mul(a, b) -> Spread:
     va, vb = _value(a), _value(b)
     value = va * vb
-    parts = [x.scaled(v, value) for x, v in ((a, vb), (b, va)) if isinstance(x, Spread)]
-    out = parts[0] if len(parts) == 1 else parts[0].merged(parts[1], value)
-    return with_math_rounding(out)
+    parts = [x.scaled(v, value) for x, v in ((a, vb), (b, va)) if _erring(x)]
+    out = with_math_rounding(_joined(parts, value))
+    if len(parts) == 2:       # the product of the two errors
+        out = with_second_order(out, a.worst() * b.worst())
+    return out
 
 
 def div(a, b) -> Spread:
     va, vb = _value(a), _value(b)
     value = va / vb
     parts = []
-    if isinstance(a, Spread):
+    if _erring(a):
         parts.append(a.scaled(1 / vb, value))
-    if isinstance(b, Spread):
+    if _erring(b):
         parts.append(b.scaled(-value / vb, value))
-    out = parts[0] if len(parts) == 1 else parts[0].merged(parts[1], value)
-    return with_math_rounding(out)
+    out = with_math_rounding(_joined(parts, value))
+    if _erring(b):          # 1/b's curvature over [|b| - w, |b| + w], and the cross term with a's error
+        wb = b.worst()
+        low = (vb.abs() - wb).clamp(min=0)
+        wa = a.worst() if _erring(a) else 0.0
+        out = with_second_order(out, (va.abs() + wa) * wb.square() / low.pow(3) + wa * wb / low.square())
+    return out
 
 
-def elementwise(a: Spread, value: torch.Tensor, derivative: torch.Tensor, ulps: float) -> Spread:
-    """f(a) with f(a.value) = ``value``, f'(a.value) = ``derivative``: ``ulps`` FP32 ulps of its own."""
-    return with_math_rounding(a.scaled(derivative, value), ulps)
+def with_second_order(s: Spread, bound: torch.Tensor) -> Spread:
+    """A second-order term of at most ``bound`` per element: where f' vanishes (GELU'' at
+    h = +-sqrt(2)) a rounding of the argument still moves f by f'' delta^2 / 2, which the first
+    order calls zero. Kept as a worst case (its standard deviation taken as large as it)."""
+    m = Mixed(bound, bound, (True,) * _dims(s.shape))
+    mixed = dict(s.mixed)
+    mixed[SECOND_ORDER] = mixed[SECOND_ORDER].plus(m) if SECOND_ORDER in mixed else m
+    return Spread(s.value, s.exact, mixed)
+
+
+def elementwise(a: Spread, value: torch.Tensor, derivative: torch.Tensor, ulps: float,
+                second: torch.Tensor | None = None) -> Spread:
+    """f(a) with f(a.value) = ``value``, f'(a.value) = ``derivative``: ``ulps`` FP32 ulps of its
+    own; ``second``: max |f''| over the argument's worst-case interval (the second-order term)."""
+    out = with_math_rounding(a.scaled(derivative, value), ulps)
+    if second is not None and a.has_error:
+        out = with_second_order(out, 0.5 * second * a.worst().square())
+    return out
 
 
 def store(name: str, a: Spread) -> Spread:
     """Point ``name``: a may be stored in BF16 here (one rounding, half the spacing at |a|)."""
-    half = bf16_spacing(a.value.abs() * STORE_BINADE_MARGIN) / 2
+    # below half the smallest subnormal spacing (2^-134) a value rounds to zero: its error is itself
+    mag = a.value.abs() * STORE_BINADE_MARGIN
+    half = torch.minimum(bf16_spacing(mag) / 2, mag)
     exact = dict(a.exact)
     if name in exact:
         raise ValueError(f"rounding point {name!r} is used twice in the math")
@@ -281,13 +324,12 @@ def matmul(a, b) -> Spread:
     va, vb = _value(a), _value(b)
     value = va @ vb
     parts = []
-    if isinstance(a, Spread):
+    if _erring(a):
         parts.append(_matmul_left(a, vb, value))
-    if isinstance(b, Spread):
+    if _erring(b):
         # (a @ b)^T = b^T @ a^T: b's error carried on the left of a^T
-        t = _matmul_left(_transposed(b), va.t(), value.t())
-        parts.append(_transposed(t))
-    out = parts[0] if len(parts) == 1 else parts[0].merged(parts[1], value)
+        parts.append(_transposed(_matmul_left(_transposed(b), va.t(), value.t())))
+    out = _joined(parts, value)
     n = va.shape[-1]
     abs_sum = va.abs() @ vb.abs()
     order = Mixed(U_FP32 * math.sqrt(n / 3) * abs_sum, n * U_FP32 * abs_sum, (True,) * 2)
@@ -347,35 +389,42 @@ class SpreadOps:
     def matmul(a, b) -> Spread:
         return matmul(a, b)
 
+    # Each function: its value, f' and a bound on |f''| over the argument's worst-case interval
+    # [x - w, x + w] (w = the argument's worst case: a rounding or two, 2^-8 relative)
+
     @staticmethod
     def exp(x: Spread) -> Spread:
         v = torch.exp(x.value)
-        return elementwise(x, v, v, FUNCTION_ULPS)
+        return elementwise(x, v, v, FUNCTION_ULPS, second=torch.exp(x.value + x.worst()))
 
     @staticmethod
     def sigmoid(x: Spread) -> Spread:
         s = torch.sigmoid(x.value)
-        return elementwise(x, s, s * (1 - s), FUNCTION_ULPS)
+        return elementwise(x, s, s * (1 - s), FUNCTION_ULPS, second=torch.full_like(s, 0.1))   # |s''| <= 0.0962
 
     @staticmethod
     def tanh(x: Spread) -> Spread:
         t = torch.tanh(x.value)
-        return elementwise(x, t, 1 - t * t, FUNCTION_ULPS)
+        return elementwise(x, t, 1 - t * t, FUNCTION_ULPS, second=torch.full_like(t, 0.77))  # |tanh''| <= 0.770
 
     @staticmethod
     def erf(x: Spread) -> Spread:
         v = torch.erf(x.value)
-        return elementwise(x, v, (2 / math.sqrt(math.pi)) * torch.exp(-x.value.square()), FUNCTION_ULPS)
+        # |erf''(y)| = (4/sqrt(pi)) |y| exp(-y^2) <= 2 sqrt(2/(pi e)) = 0.968
+        return elementwise(x, v, (2 / math.sqrt(math.pi)) * torch.exp(-x.value.square()), FUNCTION_ULPS,
+                           second=torch.full_like(v, 0.97))
 
     @staticmethod
     def rsqrt(x: Spread) -> Spread:
         r = torch.rsqrt(x.value)
-        return elementwise(x, r, -0.5 * r / x.value, FUNCTION_ULPS)
+        low = (x.value - x.worst()).clamp(min=0)
+        return elementwise(x, r, -0.5 * r / x.value, FUNCTION_ULPS, second=0.75 * low.pow(-2.5))
 
     @staticmethod
     def sqrt(x: Spread) -> Spread:
         r = torch.sqrt(x.value)
-        return elementwise(x, r, 0.5 / r, FUNCTION_ULPS)
+        low = (x.value - x.worst()).clamp(min=0)
+        return elementwise(x, r, 0.5 / r, FUNCTION_ULPS, second=0.25 * low.pow(-1.5))
 
 
 def spread_inputs(inputs: Mapping[str, torch.Tensor]) -> dict[str, Spread]:

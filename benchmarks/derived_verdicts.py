@@ -1,0 +1,101 @@
+"""The gate's verdicts with derived allowances (``accuracy.derived``) against the hand models'.
+
+SwiGLU backward's correct and wrong kernels (those of ``benchmarks/false_alarms.py``) and RMSNorm
+backward's (its reference backends and ``operators.rmsnorm_backward.mutants``) run at their
+quick profile's small cases over N seeds; each backend x case x output is judged twice by the
+matrix's own gate (``compare_case`` without the diagnosis layers, ``gated_verdicts``): with the
+operator's hand model, and with the golden, gate and schedules derived from its math
+(``operators.<name>.derived``). The derived gate has no own-upstream checks (SwiGLU's db, dw,
+dx recomputed from its own dg, dfc): a verdict that only those made is listed apart.
+
+Printed: per backend, the outputs failed under each model, and every (case, output) whose
+verdict differs.
+
+    python benchmarks/derived_verdicts.py --seeds 3
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import operators  # noqa: E402
+from cases.evaluate import declared_schedule  # noqa: E402
+from cases.matrix import quick_cases  # noqa: E402
+from cases.spec import make_inputs  # noqa: E402
+from derived_vs_hand import derived_operator  # noqa: E402
+from false_alarms import correct_backends, lean_verdicts, mutant_backends  # noqa: E402
+from kernels.registry import Backend, resolve  # noqa: E402
+from kernels.runner import run_backend  # noqa: E402
+
+MAX_M = 4097
+
+
+def backends_of(operator) -> tuple[list, list]:
+    """(correct, wrong) backends of the operator."""
+    if operator.name == "swiglu_backward":
+        return correct_backends(), mutant_backends()
+    from operators.rmsnorm_backward import mutants
+    return ([resolve(operator, n) for n in operator.backends],
+            [Backend(n, getattr(mutants, n)) for n in mutants.KILLS])
+
+
+def cases_of(operator) -> list:
+    return sorted((c for c in quick_cases(operator) if c.sizes[0] <= MAX_M and
+                   (operator.name != "swiglu_backward" or c.sizes[1:] == (96, 200))), key=lambda c: c.sizes[0])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--operator", action="append", default=None)
+    parser.add_argument("--seeds", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    for name in args.operator or ["swiglu_backward", "rmsnorm_backward"]:
+        op = operators.get(name)
+        derived = derived_operator(op)
+        correct, wrong = backends_of(op)
+        failed = {b.name: {"hand": set(), "derived": set()} for b in correct + wrong}
+        differ = []
+        for seed in range(args.seeds):
+            for base in cases_of(op):
+                spec = replace(base, seed=seed)
+                inputs = make_inputs(spec)
+                runs = {b.name: run_backend(op, b, inputs) for b in correct + wrong}
+                ok = {n: r.outputs for n, r in runs.items() if r.ok}
+                scheds = {b.name: declared_schedule(op, b) for b in correct + wrong if b.name in ok}
+                hand = lean_verdicts(inputs, ok, scheds, case=spec.id, operator=op)
+                auto = lean_verdicts(inputs, ok, scheds, case=spec.id, operator=derived)
+                for b in ok:
+                    for o, (v, _) in hand[b].items():
+                        d = auto[b][o][0]
+                        if not v.passed:
+                            failed[b]["hand"].add((spec.id, o))
+                        if not d.passed:
+                            failed[b]["derived"].add((spec.id, o))
+                        if v.passed != d.passed:
+                            differ.append((b, spec.id, o, "hand " + ("pass" if v.passed else "fail"),
+                                           "derived " + ("pass" if d.passed else "fail"),
+                                           (v.message if not v.passed else d.message).splitlines()[0][:160]))
+            print(f"{name}: seed {seed} done", file=sys.stderr, flush=True)
+        kind = {b.name: "correct" for b in correct} | {b.name: "wrong" for b in wrong}
+        print(f"\n### {name}: {args.seeds} seed(s), {len(cases_of(op))} cases\n")
+        print("| backend | kind | outputs failed (hand) | outputs failed (derived) |")
+        print("|---|---|---|---|")
+        for b, f in failed.items():
+            print(f"| {b} | {kind[b]} | {len(f['hand'])} | {len(f['derived'])} |")
+        print(f"\n{len(differ)} verdicts differ:\n")
+        for row in differ:
+            print("- " + " | ".join(row))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""RMSNorm backward as math and rounding points only (``accuracy.derived``): the same legitimate
+choices as the hand model of ``operators.rmsnorm_backward.gate``, from which the framework derives
+the allowances. ``benchmarks/derived_vs_hand.py`` compares the two element by element."""
+from __future__ import annotations
+
+from accuracy.derived import DerivedMath
+from operators.rmsnorm_backward import OPERATOR
+from operators.rmsnorm_backward.math import EPS
+
+# rstd is FP32 (saved by the forward or recomputed): FP32 math, not a BF16 point
+POINTS = {"xhat": "xhat = x rstd stored in BF16",
+          "g": "g = dy w stored in BF16",
+          "dw_term": "dy xhat stored in BF16 before dw sums it"}
+
+
+def backward(ops, t):
+    x, w, dy = t["x"], t["w"], t["dy"]
+    r = ops.rsqrt(ops.mean(x * x, -1) + EPS)
+    xhat = ops.store("xhat", x * r)
+    g = ops.store("g", dy * w)
+    c = ops.mean(g * xhat, -1)
+    dx = r * (g - xhat * c)
+    return {"dx": dx}, {"dw": (None, ops.store("dw_term", dy * xhat))}
+
+
+DERIVED = DerivedMath(backward, POINTS, OPERATOR.outputs, operand_points={"dw": "dw_term"})

@@ -1,0 +1,123 @@
+"""The derived rounding model (``accuracy.propagation``): exact where the error is linear in the
+roundings, equal to a Monte-Carlo of the roundings where it is first order, and never below
+what a real BF16 store does."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from accuracy import propagation
+from accuracy.derived import TensorOps
+from accuracy.propagation import SpreadOps, Spread, spread_inputs
+from accuracy.ulp import bf16_spacing
+from operators.bias_gelu_backward import DERIVED as BIAS_GELU, profiles
+from operators.rmsnorm_backward.derived import DERIVED as RMSNORM
+from operators.rmsnorm_backward.profiles import SCALES as RMSNORM_SCALES
+
+
+def _bf16(t: dict) -> dict:
+    return {k: v.to(torch.bfloat16) for k, v in t.items()}
+
+
+def _half(v: torch.Tensor) -> torch.Tensor:
+    mag = v.abs() * propagation.STORE_BINADE_MARGIN
+    return torch.minimum(bf16_spacing(mag) / 2, mag)
+
+
+def test_a_sum_of_stored_values_is_exact():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 64, generator=gen, dtype=torch.float64)
+    s = propagation.sum_over(propagation.store("p", Spread(x)), 1)
+    h = _half(x)
+    # the point's errors are independent per element: variance sum h^2 / 3, worst case sum h
+    assert torch.allclose(s.mixed["p"].sd.square(), (h.square() / 3).sum(1, keepdim=True), rtol=1e-12)
+    assert torch.allclose(s.mixed["p"].worst, h.sum(1, keepdim=True), rtol=1e-12)
+
+
+def test_a_broadcast_rounding_adds_linearly():
+    """One rounded value per row times a row of exact values, summed over the row: the same
+    rounding in every term, so its coefficient is the sum (not a quadrature)."""
+    gen = torch.Generator().manual_seed(1)
+    r = torch.randn(4, 1, generator=gen, dtype=torch.float64)
+    y = torch.randn(4, 64, generator=gen, dtype=torch.float64)
+    s = propagation.sum_over(propagation.store("r", Spread(r)) * Spread(y), 1)
+    coef, _ = s.exact["r"]
+    assert torch.allclose(coef, _half(r) * y.sum(1, keepdim=True), rtol=1e-12)
+
+
+class _PerturbedOps(TensorOps):
+    """Every point rounded by a random error uniform in +-half its BF16 spacing (FP64 math):
+    a Monte-Carlo of the roundings the model propagates."""
+
+    def __init__(self, gen):
+        self.gen = gen
+
+    def store(self, name, x):
+        e = torch.rand(x.shape, generator=self.gen, dtype=torch.float64) * 2 - 1
+        return x + _half(x) * e
+
+    exp, sigmoid, tanh, erf = (staticmethod(f) for f in (torch.exp, torch.sigmoid, torch.tanh, torch.erf))
+    rsqrt, sqrt = staticmethod(torch.rsqrt), staticmethod(torch.sqrt)
+
+
+def _monte_carlo(derived, inputs, output, trials=200):
+    """(model variance, Monte-Carlo variance, Monte-Carlo max |error|) of a row output, per element."""
+    exact64 = {k: v.double() for k, v in inputs.items()}
+    ref = derived.evaluate(TensorOps(_Fp64Plan()), exact64)[0][output]
+    gen = torch.Generator().manual_seed(7)
+    errs = torch.stack([derived.evaluate(_PerturbedOps(gen), exact64)[0][output] - ref for _ in range(trials)])
+    spread = derived.evaluate(SpreadOps, spread_inputs(inputs))[0][output]
+    # the model's FP32 math is left out: the Monte-Carlo runs in FP64
+    model = spread.variance() - (spread.mixed[propagation.MATH].sd.square().expand(spread.shape)
+                                 if propagation.MATH in spread.mixed else 0)
+    return model, errs.square().mean(0), errs.abs().amax(0), spread.worst()
+
+
+class _Fp64Plan:
+    @staticmethod
+    def rounding(point):
+        return None
+
+
+def test_bias_gelu_model_matches_monte_carlo():
+    """Element-wise math: the model's variance is the roundings' own to first order; the
+    Monte-Carlo (200 trials per element) agrees within its sampling error, near GELU's zero
+    slope too, where a rounding of h moves dx by GELU'' / GELU' of its spacing."""
+    for scale in ("unit", "near_zero_slope"):
+        inputs = _bf16(profiles.SCALES[scale](torch.Generator().manual_seed(3), 64, 200))
+        model, mc, mc_max, worst = _monte_carlo(BIAS_GELU, inputs, "dx")
+        ratio = float(mc.sum() / model.sum())
+        assert 0.95 < ratio < 1.05, (scale, ratio)
+        assert bool((mc_max <= worst * 1.001 + 1e-300).all()), scale
+
+
+def test_rmsnorm_model_matches_monte_carlo():
+    """dx = r (g - xhat c): g's rounding in both terms adds linearly, every g_j and xhat_j reach c
+    through its mean. Dropping c's O(1/N) correlation with the element's own terms leaves the
+    model within 5% of the Monte-Carlo over the output."""
+    inputs = _bf16(RMSNORM_SCALES["unit"](torch.Generator().manual_seed(5), 32, 200))
+    model, mc, mc_max, worst = _monte_carlo(RMSNORM, inputs, "dx")
+    ratio = float(mc.sum() / model.sum())
+    assert 0.95 < ratio < 1.05, ratio
+    assert bool((mc_max <= worst * 1.001).all())
+
+
+def test_real_bf16_paths_stay_within_the_derived_allowance():
+    """PyTorch's path (x + b stored in BF16, FP32 GELU') and FP32 math with the stores: every
+    element within the derived allowance, at every scale profile."""
+    from operators.bias_gelu_backward import OPERATOR, TORCH_BF16
+    sizes = {"M": 256, "N": 200}
+    for scale, make in profiles.SCALES.items():
+        inputs = _bf16(make(torch.Generator().manual_seed(11), 256, 200))
+        exact = BIAS_GELU.evaluate(TensorOps(OPERATOR.schedules.FP64_GLOBAL.plan),
+                                   {k: v.double() for k, v in inputs.items()})[0]["dx"]
+        terms = BIAS_GELU.golden.chunk({k: v.double() for k, v in inputs.items() if k != "b"},
+                                       {"b": inputs["b"].double()}, OPERATOR.schedules.FP64_GLOBAL.plan,
+                                       want_rows=True, terms=BIAS_GELU.golden.term_sums(inputs)).row_terms
+        allow = BIAS_GELU.gate.row_allowance("dx", exact, terms, None, sizes).vs_reference
+        for plan in (TORCH_BF16.plan, OPERATOR.schedules.BF16_FAITHFUL):
+            f32 = {k: v.float() for k, v in inputs.items()}
+            kernel = BIAS_GELU.evaluate(TensorOps(plan), f32)[0]["dx"].double()   # before its own store
+            excess = (kernel - exact).abs() - allow
+            assert float(excess.max()) <= 0, (scale, float(excess.max()))
