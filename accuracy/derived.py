@@ -38,10 +38,11 @@ others declares ``own`` by hand, or has none).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
+from accuracy import allowance
 from accuracy.allowance import MIN_NORMAL, Allowance, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.propagation import MATH, U_FP32, Spread, SpreadOps, spread_inputs
@@ -50,6 +51,7 @@ from contract.operator import ChunkGolden, OutputDecl
 from goldens.blocks import blocks
 from goldens.rounding import round_to
 from goldens.schedule_data import Schedules
+from goldens.stream import GoldenPass
 
 # the element-wise FP32 roundings the diagnosis bound gives a reduction's terms
 BOUND_TERM_OPS = 12
@@ -356,6 +358,28 @@ class _Gate:
     @staticmethod
     def own(rows, weights, kernel) -> ChunkGolden:
         return ChunkGolden({}, {})
+
+
+def with_derived(operator, derived: DerivedMath):
+    """``operator`` judged by ``derived``'s golden, gate and schedules (the hand models' cross-check)."""
+    return replace(operator, golden=derived.golden, gate=derived.gate, schedules=derived.schedules)
+
+
+def case_allowances(operator, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every output element's allowance against the reference over a whole case (FP64), as the
+    gate computes it: the row outputs block by block from the reference's golden pass, the
+    reductions from its term sums."""
+    sizes = operator.sizes(inputs)
+    gp = GoldenPass(operator, inputs, {"fp64": operator.schedules.FP64_GLOBAL}, terms=True)
+    rows: dict[str, list] = {o: [] for o in operator.row_outputs}
+    for block in gp.blocks():
+        for o in operator.row_outputs:
+            rows[o].append(operator.gate.row_allowance(o, block.rows["fp64"][o], block.terms, gp.terms,
+                                                       sizes).vs_reference.double())
+    out = {o: torch.cat(parts) for o, parts in rows.items()}
+    for o in operator.reduction_outputs:
+        out[o] = allowance.reduction(gp.terms, o, operator.output(o).kind, sizes[operator.dims[0]]).vs_reference.double()
+    return out
 
 
 def _numel(exact: torch.Tensor, sizes) -> int:

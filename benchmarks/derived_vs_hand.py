@@ -13,6 +13,7 @@ where the hand allowance is above 2^-120 (below it both are subnormal floors).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -23,10 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import operators  # noqa: E402
-from accuracy import allowance  # noqa: E402
+from accuracy.derived import case_allowances, with_derived  # noqa: E402
 from cases.matrix import quick_cases  # noqa: E402
 from cases.spec import make_inputs  # noqa: E402
-from goldens.stream import GoldenPass  # noqa: E402
 
 DERIVED = {"swiglu_backward": "operators.swiglu_backward.derived",
            "rmsnorm_backward": "operators.rmsnorm_backward.derived"}
@@ -35,25 +35,7 @@ QUANTILES = (0.01, 0.5, 0.99)
 
 def derived_operator(operator):
     """The operator with its golden, gate and schedules derived from its math."""
-    import importlib
-    d = importlib.import_module(DERIVED[operator.name]).DERIVED
-    return replace(operator, golden=d.golden, gate=d.gate, schedules=d.schedules)
-
-
-def allowances(operator, inputs) -> dict[str, torch.Tensor]:
-    """Every output element's allowance against the reference, for the whole case."""
-    sizes = operator.sizes(inputs)
-    m = sizes[operator.dims[0]]
-    gp = GoldenPass(operator, inputs, {"fp64": operator.schedules.FP64_GLOBAL}, terms=True)
-    rows: dict[str, list] = {o: [] for o in operator.row_outputs}
-    for block in gp.blocks():
-        for o in operator.row_outputs:
-            a = operator.gate.row_allowance(o, block.rows["fp64"][o], block.terms, gp.terms, sizes)
-            rows[o].append(a.vs_reference.double())
-    out = {o: torch.cat(parts) for o, parts in rows.items()}
-    for o in operator.reduction_outputs:
-        out[o] = allowance.reduction(gp.terms, o, operator.output(o).kind, m).vs_reference.double()
-    return out
+    return with_derived(operator, importlib.import_module(DERIVED[operator.name]).DERIVED)
 
 
 # Below this an allowance is a subnormal floor, orders of magnitude under any atol: the two models'
@@ -62,8 +44,8 @@ MEANINGFUL = 2.0 ** -120
 
 
 def ratios(operator, inputs) -> dict[str, torch.Tensor]:
-    hand = allowances(operator, inputs)
-    derived = allowances(derived_operator(operator), inputs)
+    hand = case_allowances(operator, inputs)
+    derived = case_allowances(derived_operator(operator), inputs)
     return {o: (derived[o] / hand[o])[hand[o] > MEANINGFUL] for o in hand}
 
 

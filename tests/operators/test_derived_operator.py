@@ -1,0 +1,57 @@
+"""An operator declared as math and rounding points only (``operators/bias_gelu_backward``): its
+golden, allowances and bounds derived by the framework (``accuracy.derived``). PyTorch's own
+autograd and the other correct backends pass its quick matrix; wrong kernels fail by the outputs
+they get wrong."""
+from __future__ import annotations
+
+import pytest
+
+import operators
+from cases.evaluate import evaluate_case, records_for
+from cases.matrix import quick_cases
+from kernels.registry import resolve
+from tests.operators.matrix_run import verdicts
+
+MUTANTS = "operators.bias_gelu_backward.mutants"
+# wrong kernel -> the outputs it must fail somewhere in the matrix, and those it must never fail
+WRONG = {"bias_dropped": ({"dx", "db"}, set()),
+         "pdf_term_halved": ({"dx", "db"}, set()),
+         "db_first_tile_only": ({"db"}, {"dx"}),
+         "tanh_gelu": ({"dx"}, set())}
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    op = operators.get("bias_gelu_backward")
+    # the quick profile's small cases at N = 200, and M = 1 at N = 1024 (the larger ones are the matrix run's)
+    cases = [c for c in quick_cases(op) if c.sizes[0] <= 1025 and (c.sizes[1] == 200 or c.sizes[0] == 1)]
+    backends = [resolve(op, n) for n in op.default_backends] + [resolve(op, f"{MUTANTS}:{n}") for n in WRONG]
+    records = []
+    for spec in cases:
+        outcome = evaluate_case(spec, backends)
+        assert outcome.error is None, outcome.error
+        for b in backends:
+            records += records_for(outcome, b.name)
+    return op, cases, verdicts(records)
+
+
+def test_correct_backends_pass_every_cell(matrix):
+    op, cases, cells = matrix
+    for name in op.default_backends:
+        for spec in cases:
+            assert cells[(name, spec.id)] == {"dx": "pass", "db": "pass"}, (name, spec.id, cells[(name, spec.id)])
+
+
+def test_wrong_kernels_fail_by_their_outputs(matrix):
+    op, cases, cells = matrix
+    for name, (must, never) in WRONG.items():
+        failed = {o for spec in cases for o, v in cells[(f"{MUTANTS}:{name}", spec.id)].items() if v == "fail"}
+        assert must <= failed, (name, failed)
+        assert not (never & failed), (name, failed)
+
+
+def test_the_folder_holds_no_allowance():
+    """The operator's gate and golden are the framework's derivation, not hand-written modules."""
+    from accuracy import derived
+    op = operators.get("bias_gelu_backward")
+    assert isinstance(op.gate, derived._Gate) and isinstance(op.golden, derived._Golden)
