@@ -34,7 +34,7 @@ import torch
 from accuracy import allowance
 from accuracy.bounds import unit_roundoff
 from accuracy.metrics import SLICE_ELEMENTS, ErrorStats, row_slices
-from accuracy.term_sums import accumulate
+from accuracy.term_sums import accumulate, dot64
 from accuracy.tile_drift import TileDriftRecorder
 from accuracy.tolerances import Tolerance, tolerances_for
 from contract.operator import ROUNDED_TERMS, Operator
@@ -82,7 +82,7 @@ def _sum_squares(t: torch.Tensor) -> tuple[float, int]:
         if not (math.isfinite(float(low)) and math.isfinite(float(high))):
             part = part[torch.isfinite(part)]
         part = part.double()
-        total += float(torch.dot(part, part))
+        total += dot64(part, part)
         count += part.numel()
     return total, count
 

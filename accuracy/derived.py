@@ -40,13 +40,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 
 from accuracy import allowance
 from accuracy.allowance import MIN_NORMAL, Allowance, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.propagation import MATH, U_FP32, Spread, SpreadOps, spread_inputs
-from accuracy.term_sums import ReductionTermSums
+from accuracy.term_sums import ReductionTermSums, dot64
 from contract.operator import ChunkGolden, OutputDecl
 from goldens.blocks import blocks
 from goldens.rounding import round_to
@@ -132,7 +133,7 @@ class DerivedTermSums(ReductionTermSums):
         cols = self._col_num.setdefault(output, {})
         cols[path] = cols[path] + prod.sum(0) if path in cols else prod.sum(0)
         if path == next(iter(self._row_num[output])):
-            self._den[output] = self._den.get(output, 0.0) + float(exact.square().sum())
+            self._den[output] = self._den.get(output, 0.0) + dot64(exact, exact)
 
     def add_path_operand(self, output: str, path: str, lhs: torch.Tensor | None, err: torch.Tensor) -> None:
         part = err.sum(0, keepdim=True) if lhs is None else lhs.t() @ err
@@ -143,14 +144,15 @@ class DerivedTermSums(ReductionTermSums):
         """The largest |fitted scale| a legitimate path's roundings give ``output`` on this data."""
         if output in self._row_num:
             den = self._den.get(output, 0.0)
-            return max(abs(float(torch.cat(n).sum())) / den for n in self._row_num[output].values()) if den > 0 else 0.0
+            return (max(abs(float(np.add.reduce(torch.cat(n).numpy()))) / den for n in self._row_num[output].values())
+                    if den > 0 else 0.0)
         if exact is None or output not in self._err_sums:
             return 0.0
         r = torch.where(torch.isfinite(exact), exact.double(), 0.0)
-        den = float(r.square().sum())
+        den = dot64(r, r)
         if den == 0:
             return 0.0
-        return max(abs(float((e.double() * r).sum())) / den for e in self._err_sums[output].values())
+        return max(abs(dot64(e, r)) / den for e in self._err_sums[output].values())
 
     def local_bias(self, output: str, exact: torch.Tensor | None = None) -> dict | None:
         """``scale_bias``'s numerators per row and per column of the output, one row per path."""

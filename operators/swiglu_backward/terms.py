@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from accuracy.term_sums import ReductionTermSums, accumulate
+from accuracy.term_sums import ReductionTermSums, accumulate, dot64
 from goldens.blocks import REDUCTION_BLOCK, blocks, row_product
 from accuracy.ulp import bf16_spacing
 from goldens.rounding import round_to
@@ -142,13 +142,13 @@ class TermSums(ReductionTermSums):
         scales = {"dg": self.s_dg, "dfc": self.s_dfc}
         exact = {o: (v * scales[o]).float().nan_to_num_(0.0, 0.0, 0.0) for o, v in (("dg", dg), ("dfc", dfc))}
         for o, ex in exact.items():
-            self._bias_den[o] += float(torch.dot(ex.reshape(-1), ex.reshape(-1))) / scales[o] ** 2
+            self._bias_den[o] += dot64(ex, ex) / scales[o] ** 2
         x32 = None if x is None else x.float()
         for name, values in paths.items():
             errs = []
             for (o, ex), value in zip(exact.items(), values):
                 err = value.mul_(scales[o]).sub_(ex).nan_to_num_(0.0, 0.0, 0.0)
-                self._bias_num[o][name] += float(torch.dot(err.reshape(-1), ex.reshape(-1))) / scales[o] ** 2
+                self._bias_num[o][name] += dot64(err, ex) / scales[o] ** 2
                 prod = (err * ex).double().reshape(-1, ex.shape[-1])
                 self._row_bias[o][name].append(prod.sum(1) / scales[o] ** 2)
                 self._col_bias[o][name] = self._col_bias[o][name] + prod.sum(0) / scales[o] ** 2
@@ -171,11 +171,11 @@ class TermSums(ReductionTermSums):
         if exact is None or output not in self._err_sums[self._paths[0]]:
             return 0.0
         r = torch.where(torch.isfinite(exact), exact.double(), 0.0).reshape(-1)
-        den = float(torch.dot(r, r))
+        den = dot64(r, r)
         if den == 0:
             return 0.0
         unit = 1.0 / (self.s_dg if output.endswith("_g") else self.s_dfc) if output.startswith("dw") else 1.0
-        return max(abs(float(torch.dot(self._err_sums[p][output].reshape(-1).double(), r))) * unit / den
+        return max(abs(dot64(self._err_sums[p][output], r)) * unit / den
                    for p in self._paths)
 
     def local_bias(self, output: str, exact: torch.Tensor | None = None) -> dict | None:
@@ -219,10 +219,10 @@ class TermSums(ReductionTermSums):
         r = (dx * s_r).float()
         rw_g, rw_fc = row_product(r, self._w["signed"][0], block), row_product(r, self._w["signed"][1], block)
         # the paths' dx bias: sum_mk (err_g w_g^T + err_fc w_fc^T) dx = sum_mn err_g (dx w_g) + err_fc (dx w_fc)
-        self._bias_den["dx"] += float(r.double().square().sum()) / s_r ** 2
+        self._bias_den["dx"] += dot64(r, r) / s_r ** 2
         for name, (err_g, err_fc) in self._chunk_err.items():
-            self._bias_num["dx"][name] += (float(torch.dot(err_g.reshape(-1), rw_g.reshape(-1))) / (s_r * self.s_wg * self.s_dg)
-                                           + float(torch.dot(err_fc.reshape(-1), rw_fc.reshape(-1)))
+            self._bias_num["dx"][name] += (dot64(err_g, rw_g) / (s_r * self.s_wg * self.s_dg)
+                                           + dot64(err_fc, rw_fc)
                                            / (s_r * self.s_wfc * self.s_dfc))
             self._row_bias["dx"][name].append((err_g * rw_g).double().sum(-1) / (s_r * self.s_wg * self.s_dg)
                                               + (err_fc * rw_fc).double().sum(-1) / (s_r * self.s_wfc * self.s_dfc))
