@@ -20,10 +20,10 @@ from them.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from contract.records import typed
+from contract.records import REQUIRED, typed
 from runs.results import SCHEMA_VERSION, load_results, missing_cells, record_order, write_atomic
 
 MUST_AGREE = ("framework.version", "framework.commit", "selection.operator", "selection.profile", "selection.seeds",
@@ -88,6 +88,14 @@ def merge_runs(sources: Sequence[str | Path], out: str | Path, *, absent_shards:
     absent = [i for i in range(count) if i not in seen_shards and i not in absent_shards]
     if absent and all(manifest_field(m, "selection.shard.id") is not None for m in manifests):
         problems.append(f"shard(s) {', '.join(map(str, absent))} of {count} are not among the runs")
+
+    for name, run in zip(names, runs):
+        # a record no reader can place would be dropped from the merged run without a word
+        unplaced = [i for i, r in enumerate(run["records"])
+                    if not (isinstance(r, Mapping) and all(k in r for k in REQUIRED))]
+        if unplaced:
+            problems.append(f"{name}: {len(unplaced)} records lack a key that identifies them "
+                            f"({', '.join(REQUIRED)}): records {_listed([str(i) for i in unplaced])}")
 
     records, owner, duplicates = [], {}, []
     for name, run, m in zip(names, runs, manifests):

@@ -98,6 +98,7 @@ def test_merge_unions_shards_and_keeps_each_host(tmp_path):
     ("twice", "shard 0 of 2 appears twice"),
     ("manifest", "manifests disagree on selection.gate"),
     ("never-ran", "1 planned cells never ran: case c9"),
+    ("unplaced", "1 records lack a key that identifies them (case, backend, output, golden, status): records 1"),
 ])
 def test_merge_refuses_and_names_the_problem(tmp_path, problem, expected):
     a = _run(tmp_path, "a", 0, 2, [("c1", "k")])
@@ -109,6 +110,12 @@ def test_merge_refuses_and_names_the_problem(tmp_path, problem, expected):
         runs = [a, _run(tmp_path, "b", 0, 2, [("c2", "k")])]
     elif problem == "manifest":
         runs = [a, _run(tmp_path, "b", 1, 2, [("c2", "k")], gate="dual")]
+    elif problem == "unplaced":
+        b = _run(tmp_path, "b", 1, 2, [("c2", "k")])
+        payload = json.loads((b / "results.json").read_text())
+        payload["records"].append({"backend": "k", "output": "dg", "golden": "reference", "status": "pass"})
+        (b / "results.json").write_text(json.dumps(payload))
+        runs = [a, b]
     else:
         runs = [a, _run(tmp_path, "b", 1, 2, [("c2", "k")], planned=[("c2", "k"), ("c9", "k")])]
     with pytest.raises(MergeError, match=expected.replace("(", r"\(").replace(")", r"\)")):
