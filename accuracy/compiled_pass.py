@@ -29,20 +29,25 @@ slices' sums in order, so a record never depends on how the rows were chunked.
 from __future__ import annotations
 
 import math
+import os
+import zlib
 
 import numba
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-# slots of a slice's row of ``acc`` (float64; counts are exact there up to 2^53)
-(N_VISIBLE, SQ_B, MAX_GOLDEN, N_ZERO_PASSES, N_OVER_SEED, MAX_NOISE_RATIO,
- MAX_ABS, MAX_ABS_AT, MAX_REL, MAX_REL_AT, MAX_ULP, MAX_ULP_AT, N_MISMATCH,
- SUM_ERR, SUM_ABS_ERR, N_POS, N_NEG, DOT, SQ_A, SQ_B_PAIRS,
- N_SMALL, N_SMALL_ERR, N_ULP_OVER_1, SUM_SQ_ERR_NORMAL, SUM_REL_NORMAL, MAX_REL_NORMAL,
- SUM_EB, SUM_BB, SUM_STORE, SUM_NOISE, N_COUNTED, N_TOWARD,
- MAX_UTIL, MAX_UTIL_AT, N_OVER_BOUND, SUM_BOUND, N_SAMPLED, N_NONFINITE, N_FINITE, N_UP) = range(40)
-N_SLOTS = 40
+from contract.metric_table import SLOTS
+
+# The slots of a slice's row of ``acc``, one module-level int each (N_VISIBLE = 0, SQ_B = 1, ...) in
+# the order ``contract.metric_table.SLOTS`` declares them: numba compiles a global int as a constant.
+globals().update({name: number for number, name in enumerate(SLOTS)})
+N_SLOTS = len(SLOTS)
+# numba's cache is keyed by this file's content and keeps each global's value as compiled
+# (numba's docs, "Notes on Caching": changes to symbols defined in another file are not seen):
+# cached machine code would go on writing a slot table edited in contract/ alone. The checksum
+# ``_cached_layout`` was compiled with is compared with the table's at every import (``check_cache``).
+SLOT_LAYOUT = zlib.crc32(" ".join(SLOTS).encode())
 
 # ``flags`` bits
 DUAL, DUAL_ONLY, EXACT, DIRECTION, ALLOWANCE, ROUNDED, BOUND, NOISE = (1 << i for i in range(8))
@@ -560,6 +565,29 @@ def excess_over(a, b, rounded, allow, flags, rtol, lo, hi, threshold, ceiling):
             out[count] = excess
             count += 1
     return out[:count]
+
+
+@njit(cache=True)
+def _cached_layout():
+    """The slot table's checksum as the cached machine code of this file has it."""
+    return SLOT_LAYOUT
+
+
+class StaleCache(RuntimeError):
+    """numba's cache of this file was compiled with another slot table."""
+
+
+def check_cache() -> None:
+    """Refuse machine code cached with another slot table (``SLOT_LAYOUT``): it would write every
+    slice's sums into the wrong slots."""
+    if _cached_layout() != SLOT_LAYOUT:
+        where = numba.config.CACHE_DIR or os.path.join(os.path.dirname(__file__), "__pycache__")
+        raise StaleCache(f"numba's cache of {__file__} was compiled with another contract.metric_table.SLOTS "
+                         f"(numba sees edits of that file only): remove its compiled_pass.*.nbi and .nbc "
+                         f"files under {where} to recompile it")
+
+
+check_cache()
 
 
 def set_threads(n: int) -> None:

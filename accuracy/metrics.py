@@ -19,6 +19,7 @@ from accuracy.dual import REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL
 from accuracy.localized import LocalSums
 from accuracy.tolerances import Tolerance
 from accuracy.ulp import bf16_spacing
+from contract.metric_table import AGGREGATE, DUAL, DUAL_ONLY, METRICS, ordered
 
 WORST_K = 8
 FLOOR_K = 64
@@ -679,7 +680,7 @@ class ErrorStats:
     def _dual_result(self) -> dict:
         nonfinite = (self.nonfinite["nan_actual_only"] + self.nonfinite["nan_expected_only"]
                      + self.nonfinite["inf_mismatch"])
-        return {
+        return ordered(DUAL, {
             "small_value": SMALL_VALUE, "small_value_atol": SMALL_VALUE_ATOL,
             "small_values": self.n_small, "normal_values": self.n_normal,
             "small_value_error_ratio": self.n_small_err / self.n_small if self.n_small else 0.0,
@@ -691,7 +692,7 @@ class ErrorStats:
             "nonfinite_disagreements": nonfinite,
             # an all-zero output would pass every ratio: every finite |golden| <= the small-value atol
             "zero_passes": self.n_golden_visible == 0,
-        }
+        })
 
     def _shared(self, exact: torch.Tensor, shared_var: torch.Tensor, axis: int) -> None:
         """The correlated part of the fitted scale's variance: sum_j V_j |r_j|^2 over the rows
@@ -766,9 +767,10 @@ class ErrorStats:
         nonfinite_bad = (self.nonfinite["nan_actual_only"] + self.nonfinite["nan_expected_only"]
                          + self.nonfinite["inf_mismatch"])
         if self.dual_only:      # what was computed, and nothing that would read as a count of zero
-            return {"shape": self.shape, "numel": self.n, "dual_only": True, "golden_rms": rms,
-                    "golden_max_abs": self.max_golden, "nonfinite": dict(self.nonfinite),
-                    "nonfinite_disagreements": nonfinite_bad, "dual": self._dual_result()}
+            return ordered(METRICS, {
+                "shape": self.shape, "numel": self.n, "dual_only": True, "golden_rms": rms,
+                "golden_max_abs": self.max_golden, "nonfinite": dict(self.nonfinite),
+                "nonfinite_disagreements": nonfinite_bad, "dual": self._dual_result()}, DUAL_ONLY)
         if self.atol_known is not None:
             atol_eff, overflow = self.atol_known, 0
             mismatches = self.n_mismatch_known + nonfinite_bad
@@ -782,7 +784,7 @@ class ErrorStats:
         if self.floor_candidates is not None:
             cand = self.floor_candidates
             floor = float(((cand[:, 1].double() + atol_eff) / cand[:, 0].double()).min())
-        return {
+        return ordered(METRICS, {
             "shape": self.shape, "numel": self.n, "compared": self.n_compared,
             "rtol": tol.rtol, "atol": tol.atol, "atol_effective": atol_eff,
             "atol_capped": atol_eff < tol.atol,
@@ -822,7 +824,7 @@ class ErrorStats:
             "detection_floor": floor,
             "aggregate": self._aggregate_result(atol_eff) if self.aggregate_seen else None,
             "dual": self._dual_result() if self.dual else None,
-        }
+        })
 
     def _aggregate_result(self, atol: float = 0.0) -> dict:
         beta = self.sum_eb / self.sum_bb if self.sum_bb > 0 else 0.0
@@ -844,7 +846,7 @@ class ErrorStats:
                           upward=self.n_up, downward=counted - self.n_up, up_imbalance=2 * self.n_up - counted)
         result["localized"] = (self.local.result(bias, atol, self.local_bias) if self.local is not None
                                else None)
-        return result
+        return ordered(AGGREGATE, result)
 
 
 def histogram_edges() -> dict:

@@ -6,8 +6,9 @@ without its spec): each of the operator's dimensions as its name and size (``M20
 then the scale profile and the seed (``-unit-s0``)."""
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 
+from contract import metric_table
 from contract.declared import ABSENT, READABLE_SCHEMAS, SCHEMA_VERSION, Declared, RecordSchemaError  # noqa: F401
 
 # the golden layers an output is compared with; "reference" is the gated one
@@ -42,96 +43,27 @@ class NonfiniteCounts(Declared):
     inf_mismatch: object = ABSENT
 
 
-@dataclass(frozen=True)
-class Aggregate(Declared):
-    """The aggregate error model (``accuracy.metrics.ErrorStats._aggregate_result``): the fitted
-    scale and its allowance, errors toward and away from zero, up and down; None where the
-    direction was not counted."""
-    scale_beta: object = ABSENT
-    scale_sigma: object = ABSENT
-    scale_allowed: object = ABSENT
-    scale_bias: object = ABSENT
-    toward_zero: object = ABSENT
-    away_from_zero: object = ABSENT
-    direction_imbalance: object = ABSENT
-    direction_allowed: object = ABSENT
-    upward: object = ABSENT
-    downward: object = ABSENT
-    up_imbalance: object = ABSENT
-    localized: object = ABSENT         # ``accuracy.localized``: windows of rows and columns, as data
+def _metrics_record(name: str, table: tuple, doc: str, nested: Mapping[str, type] | None = None) -> type:
+    """A declared record whose fields are ``table``'s keys (``contract.metric_table``), in its order."""
+    cls = make_dataclass(name, [(m.key, object, field(default=ABSENT)) for m in table], bases=(Declared,),
+                         frozen=True, namespace={"NESTED": dict(nested or {}), "__doc__": doc})
+    cls.__module__ = __name__
+    return cls
 
 
-@dataclass(frozen=True)
-class DualMetrics(Declared):
-    """msprobe's benchmark-standard metrics of one output (``ErrorStats._dual_result``)."""
-    small_value: object = ABSENT
-    small_value_atol: object = ABSENT
-    small_values: object = ABSENT
-    normal_values: object = ABSENT
-    small_value_error_ratio: object = ABSENT
-    rmse: object = ABSENT
-    max_rel_err: object = ABSENT
-    mean_rel_err: object = ABSENT
-    error_balance: object = ABSENT
-    ulp_over_1_share: object = ABSENT
-    nonfinite_disagreements: object = ABSENT
-    zero_passes: object = ABSENT
+Aggregate = _metrics_record("Aggregate", metric_table.AGGREGATE, """The aggregate error model
+    (``accuracy.metrics.ErrorStats._aggregate_result``): the fitted scale and its allowance, errors
+    toward and away from zero, up and down; None where the direction was not counted. Its keys:
+    ``contract.metric_table.AGGREGATE``.""")
 
+DualMetrics = _metrics_record("DualMetrics", metric_table.DUAL, """msprobe's benchmark-standard metrics
+    of one output (``ErrorStats._dual_result``). Its keys: ``contract.metric_table.DUAL``.""")
 
-@dataclass(frozen=True)
-class Metrics(Declared):
-    """An output against one golden (``accuracy.metrics.ErrorStats.finalize``). The ``dual_only``
-    form (the benchmark's own metrics) carries only shape, numel, the golden's size, the
-    non-finite counts and ``dual``."""
-    NESTED = {"nonfinite": NonfiniteCounts, "aggregate": Aggregate, "dual": DualMetrics}
-    shape: object = ABSENT
-    numel: object = ABSENT
-    compared: object = ABSENT
-    dual_only: object = ABSENT
-    rtol: object = ABSENT
-    atol: object = ABSENT
-    atol_effective: object = ABSENT
-    atol_capped: object = ABSENT
-    golden_rms: object = ABSENT
-    golden_max_abs: object = ABSENT
-    atol_rms: object = ABSENT
-    max_abs_err: object = ABSENT
-    max_abs_index: object = ABSENT
-    max_rel_err: object = ABSENT
-    max_rel_index: object = ABSENT
-    max_excess: object = ABSENT
-    max_excess_index: object = ABSENT
-    mismatches: object = ABSENT
-    mismatches_exact: object = ABSENT
-    mismatches_upper: object = ABSENT
-    mismatch_fraction: object = ABSENT
-    mismatches_seed_gate: object = ABSENT
-    nonfinite: object = ABSENT             # NonfiniteCounts
-    nonfinite_disagreements: object = ABSENT
-    first_nonfinite: object = ABSENT       # {index, actual, expected} of the first disagreement, or None
-    worst: object = ABSENT                 # the worst elements, as data ({index, actual, expected, ...})
-    ulp_p50: object = ABSENT
-    ulp_p99: object = ABSENT
-    ulp_max: object = ABSENT
-    ulp_max_index: object = ABSENT
-    ulp_hist: object = ABSENT
-    log10_abs_err_hist: object = ABSENT
-    exact_elements: object = ABSENT
-    sign_bias: object = ABSENT
-    mean_err_over_mean_abs_err: object = ABSENT
-    cosine: object = ABSENT
-    rms_ratio: object = ABSENT
-    small_value_share: object = ABSENT
-    zero_passes_seed_gate: object = ABSENT
-    allowance_max_ratio: object = ABSENT
-    bound_max_utilisation: object = ABSENT
-    bound_max_utilisation_index: object = ABSENT
-    bound_exceeded: object = ABSENT
-    bound_mean: object = ABSENT
-    allowance: object = ABSENT
-    detection_floor: object = ABSENT
-    aggregate: object = ABSENT             # Aggregate, or None
-    dual: object = ABSENT                  # DualMetrics, or None
+Metrics = _metrics_record("Metrics", metric_table.METRICS, """An output against one golden
+    (``accuracy.metrics.ErrorStats.finalize``). The ``dual_only`` form (the benchmark's own metrics)
+    carries only shape, numel, the golden's size, the non-finite counts and ``dual``. Its keys, what
+    each means and the form that carries it: ``contract.metric_table.METRICS``.""",
+                          {"nonfinite": NonfiniteCounts, "aggregate": Aggregate, "dual": DualMetrics})
 
 
 @dataclass(frozen=True)

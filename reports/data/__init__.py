@@ -27,7 +27,7 @@ from reports.data.records import (
     index,
 )
 from reports.data.verdicts import Cell, row_anchor, detail_anchor, origin_of, verdict_cells, status_counts
-from reports.data.details import DETAIL_METRICS, AGGREGATE_METRICS, DetailRow, Detail, details
+from reports.data.details import DETAIL_COLUMNS, DetailCell, DetailRow, Detail, details
 from reports.data.attribution import SOURCES, AttributionRow, attribution_split
 from reports.data.vacuity import VacuityRow, vacuity
 from reports.data.drift_vs_m import Series, DriftPanel, drift_panels
@@ -59,8 +59,8 @@ __all__ = [
     "origin_of",
     "verdict_cells",
     "status_counts",
-    "DETAIL_METRICS",
-    "AGGREGATE_METRICS",
+    "DETAIL_COLUMNS",
+    "DetailCell",
     "DetailRow",
     "Detail",
     "details",

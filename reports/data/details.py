@@ -5,22 +5,45 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from contract.declared import unless_absent
-from contract.records import Aggregate, Metrics
+from contract.declared import Declared, unless_absent
+from contract.metric_table import Column, detail_columns
+from contract.records import Metrics
 from reports.data.records import Case, FAILING, GOLDENS, Index, metrics_of, num
 from reports.data.verdicts import detail_anchor, row_anchor
 
 
-DETAIL_METRICS = ("ulp_p50", "ulp_p99", "ulp_max", "max_abs_err", "max_rel_err", "mismatch_fraction",
-                  "bound_max_utilisation", "golden_max_abs", "detection_floor")
-AGGREGATE_METRICS = ("scale_beta", "scale_allowed")
+# the detail table's metric columns in their order, each with the path of the key it shows
+DETAIL_COLUMNS = detail_columns()
 
 
 def _detail_values(m: Metrics) -> dict:
-    """The detail table's numbers of one record: its metrics and, where the gate made them, the
-    fitted scale and its allowed band."""
-    agg = m.aggregate if isinstance(m.aggregate, Aggregate) else Aggregate()
-    return {**{k: num(getattr(m, k)) for k in DETAIL_METRICS}, **{k: num(getattr(agg, k)) for k in AGGREGATE_METRICS}}
+    """The detail table's numbers of one record, by key: the metrics its columns show and their
+    bands (the fitted scale and its allowed band, where the gate made them)."""
+    values = {}
+    for path, column in DETAIL_COLUMNS:
+        record = m
+        for key in path[:-1]:
+            nested = getattr(record, key)
+            record = nested if isinstance(nested, Declared) else type(record).NESTED[key]()
+        for key in (path[-1], column.band):
+            if key is not None:
+                values[key] = num(getattr(record, key))
+    return values
+
+
+@dataclass(frozen=True)
+class DetailCell:
+    """One metric column of a case's row: its value, the band shown beside it, and whether it is flagged."""
+    column: Column
+    value: float | None
+    band: float | None = None
+
+    @property
+    def bad(self) -> bool:
+        c = self.column
+        if c.band is not None:
+            return self.value is not None and self.band is not None and abs(self.value) > self.band
+        return c.bad_above is not None and (self.value or 0) > c.bad_above
 
 
 @dataclass
@@ -32,8 +55,16 @@ class DetailRow:
     values: dict                      # metric -> float | None (gated golden)
     fp64: dict                        # the same metrics vs FP64
     worst: list                       # worst elements of the gated record
-    nonfinite: int = 0
     message: str = ""
+
+    @property
+    def cells(self) -> list[DetailCell]:
+        """The row's metric columns, in the table's order."""
+        out = []
+        for path, column in DETAIL_COLUMNS:
+            values = self.fp64 if column.golden == "fp64" else self.values
+            out.append(DetailCell(column, values.get(path[-1]), values.get(column.band) if column.band else None))
+        return out
 
 
 @dataclass
@@ -87,8 +118,7 @@ def details(idx: Index) -> list[Detail]:
                 worst = [w for w in (m.worst or []) if isinstance(w, Mapping)]
                 d.rows.append(DetailRow(
                     case, str(rec.status), row_anchor(case.id, backend, output), str(rec.golden),
-                    _detail_values(m), _detail_values(fp), worst,
-                    int(num(m.nonfinite_disagreements) or 0), str(unless_absent(rec.message, ""))))
+                    _detail_values(m), _detail_values(fp), worst, str(unless_absent(rec.message, ""))))
             if d.rows or d.hist:
                 out.append(d)
     return out

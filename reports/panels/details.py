@@ -8,7 +8,8 @@ from reports.panels import Context, Panel, PlotJob
 
 def details(context: Context) -> dict:
     rows = D.details(context.idx)
-    return {"details": rows, "img": {d.anchor: context.image("hist-" + D.slug(d.backend, d.output)) for d in rows}}
+    return {"details": rows, "columns": [column for _, column in D.DETAIL_COLUMNS],
+            "img": {d.anchor: context.image("hist-" + D.slug(d.backend, d.output)) for d in rows}}
 
 
 def _edges() -> dict:
