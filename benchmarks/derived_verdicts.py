@@ -1,5 +1,8 @@
 """The gate's verdicts with derived allowances (``accuracy.derived``) against the hand models'.
 
+The bias + GELU backward (``--operator bias_gelu_backward``), which has no hand model, is judged
+by its derived gate alone (both columns the same): its false alarms and catches over seeds.
+
 SwiGLU backward's correct and wrong kernels (those of ``benchmarks/false_alarms.py``) and RMSNorm
 backward's (its reference backends and ``operators.rmsnorm_backward.mutants``) run at their
 quick profile's small cases over N seeds; each backend x case x output is judged twice by the
@@ -12,6 +15,7 @@ Printed: per backend, the outputs failed under each model, and every (case, outp
 verdict differs.
 
     python benchmarks/derived_verdicts.py --seeds 3
+    python benchmarks/derived_verdicts.py --first-seed 1 --seeds 4 --correct-only
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import operators  # noqa: E402
 from cases.evaluate import declared_schedule  # noqa: E402
 from cases.matrix import quick_cases  # noqa: E402
 from cases.spec import make_inputs  # noqa: E402
-from derived_vs_hand import derived_operator  # noqa: E402
+from derived_vs_hand import DERIVED, derived_operator  # noqa: E402
 from false_alarms import correct_backends, lean_verdicts, mutant_backends  # noqa: E402
 from kernels.registry import Backend, resolve  # noqa: E402
 from kernels.runner import run_backend  # noqa: E402
@@ -42,29 +46,40 @@ def backends_of(operator) -> tuple[list, list]:
     """(correct, wrong) backends of the operator."""
     if operator.name == "swiglu_backward":
         return correct_backends(), mutant_backends()
+    if operator.name == "bias_gelu_backward":
+        from operators.bias_gelu_backward import mutants
+        names = [n for n, f in vars(mutants).items() if callable(f) and getattr(f, "__module__", "") == mutants.__name__
+                 and not n.startswith("_")]
+        return [resolve(operator, n) for n in operator.default_backends], [Backend(n, getattr(mutants, n)) for n in names]
     from operators.rmsnorm_backward import mutants
     return ([resolve(operator, n) for n in operator.backends],
             [Backend(n, getattr(mutants, n)) for n in mutants.KILLS])
 
 
 def cases_of(operator) -> list:
+    small = {"swiglu_backward": (96, 200), "bias_gelu_backward": (200,)}.get(operator.name)
     return sorted((c for c in quick_cases(operator) if c.sizes[0] <= MAX_M and
-                   (operator.name != "swiglu_backward" or c.sizes[1:] == (96, 200))), key=lambda c: c.sizes[0])
+                   (small is None or c.sizes[1:] == small)), key=lambda c: c.sizes[0])
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--operator", action="append", default=None)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--correct-only", action="store_true", help="the correct backends alone (false alarms)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     for name in args.operator or ["swiglu_backward", "rmsnorm_backward"]:
         op = operators.get(name)
-        derived = derived_operator(op)
+        # an operator written as its math has no hand model: its own (derived) gate in both columns
+        derived = derived_operator(op) if op.name in DERIVED else op
         correct, wrong = backends_of(op)
+        if args.correct_only:
+            wrong = []
         failed = {b.name: {"hand": set(), "derived": set()} for b in correct + wrong}
         differ = []
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for base in cases_of(op):
                 spec = replace(base, seed=seed)
                 inputs = make_inputs(spec)
