@@ -269,10 +269,11 @@ class DerivedMath:
 
     def evaluate(self, ops, inputs: Mapping) -> tuple[dict, dict]:
         rows, operands = self.math(ops, dict(inputs))
-        unknown = set(rows) | set(operands)
-        unknown -= set(self.outputs)
-        if unknown:
-            raise ValueError(f"the math returned outputs {sorted(unknown)} the operator does not declare")
+        row_names = {o.name for o in self.output_decls if o.kind == "rows"}
+        if set(rows) != row_names or set(operands) != set(self.outputs) - row_names:
+            raise ValueError(f"the math returned rows {sorted(rows)} and reductions {sorted(operands)}; the "
+                             f"operator declares rows {sorted(row_names)} and reductions "
+                             f"{sorted(set(self.outputs) - row_names)}")
         return rows, operands
 
 
