@@ -1,11 +1,13 @@
-"""Run the case matrix of an operator in a fresh pytest process (one process validates one
-operator: ``operators``) and read back its records."""
+"""Run the case matrix of an operator in a fresh pytest process and read back its records, or
+evaluate cases in this process (``in_process``); the cells' verdicts from records."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from cases.evaluate import evaluate_case, records_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,6 +19,17 @@ def run_matrix(results: Path, operator: str, *args: str) -> tuple[subprocess.Com
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     files = sorted(results.glob("runs/*/results.json"))
     return proc, (json.loads(files[-1].read_text()) if files else {"records": [], "manifest": {}})
+
+
+def in_process(cases, backends) -> list[dict]:
+    """The records of ``backends`` at ``cases``, evaluated in this process as the matrix does."""
+    records = []
+    for spec in cases:
+        outcome = evaluate_case(spec, backends)
+        assert outcome.error is None, outcome.error
+        for b in backends:
+            records += records_for(outcome, b.name)
+    return records
 
 
 def verdicts(records: list[dict]) -> dict[tuple[str, str], dict[str, str]]:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 
 import operators
-from cases.evaluate import evaluate_case, records_for
 from cases.matrix import quick_cases
 from kernels.registry import resolve
-from tests.operators.matrix_run import verdicts
+from tests.operators.matrix_run import in_process, verdicts
 
 MUTANTS = "operators.bias_gelu_backward.mutants"
 # wrong kernel -> the outputs it must fail somewhere in the matrix, and those it must never fail
@@ -26,13 +25,7 @@ def matrix():
     # the quick profile's small cases at N = 200, and M = 1 at N = 1024 (the larger ones are the matrix run's)
     cases = [c for c in quick_cases(op) if c.sizes[0] <= 1025 and (c.sizes[1] == 200 or c.sizes[0] == 1)]
     backends = [resolve(op, n) for n in op.default_backends] + [resolve(op, f"{MUTANTS}:{n}") for n in WRONG]
-    records = []
-    for spec in cases:
-        outcome = evaluate_case(spec, backends)
-        assert outcome.error is None, outcome.error
-        for b in backends:
-            records += records_for(outcome, b.name)
-    return op, cases, verdicts(records)
+    return op, cases, verdicts(in_process(cases, backends))
 
 
 def test_correct_backends_pass_every_cell(matrix):

@@ -4,10 +4,10 @@ goldens, gate and verdicts are its own."""
 from __future__ import annotations
 
 import operators
-from cases.evaluate import evaluate_case, records_for
+from cases.evaluate import evaluate_case
 from cases.matrix import quick_cases
 from kernels.registry import resolve
-from tests.operators.matrix_run import run_matrix, verdicts
+from tests.operators.matrix_run import in_process, run_matrix, verdicts
 
 WRONG = "tests.operators.toy.backends:first_row_dropped"
 
@@ -19,13 +19,7 @@ def test_toy_operator_runs_its_quick_matrix_in_process():
     assert sorted(c.id for c in cases) == sorted(["M1-N8-unit-s0", "M3-N33-tiny-s0", "M1024-N8-unit-s0",
                                                   "M1500-N33-tiny-s0", "M1-N33-unit-s0", "M1500-N33-unit-s0"])
     backends = [resolve(toy, n) for n in ("torch-eager", "tiled-emulation", WRONG)]
-    records = []
-    for spec in cases:
-        outcome = evaluate_case(spec, backends)
-        assert outcome.error is None, outcome.error
-        for b in backends:
-            records += records_for(outcome, b.name)
-    cells = verdicts(records)
+    cells = verdicts(in_process(cases, backends))
     assert len(cells) == len(cases) * len(backends)
     for (backend, case), outputs in cells.items():
         assert set(outputs) == {"y", "z"}, (backend, case, outputs)
