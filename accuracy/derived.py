@@ -32,8 +32,11 @@ From that one definition (``accuracy.propagation``):
   as a kernel runs it, its errors against the exact values summed the way the fitted scale sums
   a kernel's, whole and per row and column (``DerivedTermSums.scale_bias``, ``local_bias``).
 
-What it does not derive: the own-upstream checks (an operator that recomputes outputs from
-others declares ``own`` by hand, or has none).
+* **own-upstream checks**: where the math reads an output's stored value at a point
+  (``reused``: SwiGLU's dx, db, dw read dg and dfc as stored), the declared downstream outputs
+  (``own``) are recomputed in FP32 from the kernel's own stored values there, and their
+  allowance is the model with the kernel's value taken as it is at those points (only the
+  point's own rounding and what follows it).
 """
 from __future__ import annotations
 
@@ -85,6 +88,34 @@ class TensorOps:
     rsqrt, sqrt = staticmethod(torch.rsqrt), staticmethod(torch.sqrt)
 
 
+class OwnTensorOps(TensorOps):
+    """The own-upstream recompute: FP32 math with no intermediate store, the kernel's own stored
+    outputs read at their reused points."""
+
+    def __init__(self, plan, reused: Mapping[str, str], kernel: Mapping[str, torch.Tensor]):
+        super().__init__(plan)
+        self.reused, self.kernel = reused, kernel
+
+    def store(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        if name in self.reused:
+            return self.kernel[self.reused[name]].to(x.dtype)
+        return x
+
+
+class OwnSpreadOps(SpreadOps):
+    """The rounding model of the own-upstream recompute: at a reused point the kernel's own value
+    is taken as it is (its upstream errors are in it), and the point's own rounding stays (the
+    kernel may have used its unrounded value downstream)."""
+
+    def __init__(self, reused: Mapping[str, str]):
+        self.reused = reused
+
+    def store(self, name: str, x):
+        if name in self.reused:
+            x = Spread(x.value if isinstance(x, Spread) else x.double())
+        return SpreadOps.store(name, x)
+
+
 @dataclass
 class OutputSpread:
     """One row output's rounding model over a block of rows (FP64, the output's shape)."""
@@ -95,6 +126,7 @@ class OutputSpread:
     shared_rows: torch.Tensor
     mixed_var: torch.Tensor          # the mixed channels' part of ``variance`` (sums of many roundings)
     mixed_worst: torch.Tensor        # and of ``worst``
+    own: "OutputSpread | None" = None   # the same for the own-upstream recompute
 
     def allowance(self, sigmas: float) -> torch.Tensor:
         """Two bounds at the same tail probability, the smaller taken: the whole error as one
@@ -242,9 +274,18 @@ class DerivedMath:
     ``schedules`` are what ``contract.operator.Operator`` takes."""
 
     def __init__(self, math: Callable, points: Mapping[str, str], outputs: tuple[OutputDecl, ...],
-                 operand_points: Mapping[str, str] | None = None):
+                 operand_points: Mapping[str, str] | None = None, reused: Mapping[str, str] | None = None,
+                 own: Mapping[str, tuple[str, ...]] | None = None):
+        """``reused``: point -> the output whose stored value a kernel may read there (SwiGLU's
+        dg_in is dg as stored); ``own``: output -> the upstream outputs it is recomputed from, with
+        the kernel's own values at their points (the own-upstream checks)."""
         self.math = math
         self.points = dict(points)
+        self.reused = dict(reused or {})
+        self.own = {o: tuple(up) for o, up in (own or {}).items()}
+        unknown = {u for up in self.own.values() for u in up} - set(self.reused.values())
+        if unknown:
+            raise ValueError(f"own-upstream checks read {sorted(unknown)}, which no reused point stores")
         self.output_decls = tuple(outputs)
         self.outputs = tuple(o.name for o in outputs)
         self.kernel_of = {o.name: o.kernel for o in outputs if o.kernel is not None}
@@ -296,6 +337,12 @@ class _Golden:
             spreads, spread_operands = self.derived.evaluate(SpreadOps, spread_inputs({**rows, **weights}))
             if want_rows:
                 per_output = {o: _output_spread(s, values[o]) for o, s in spreads.items()}
+                if self.derived.own:
+                    own_spreads, _ = self.derived.evaluate(OwnSpreadOps(self.derived.reused),
+                                                           spread_inputs({**rows, **weights}))
+                    for o in self.derived.own:
+                        if o in per_output:
+                            per_output[o].own = _output_spread(own_spreads[o], values[o])
                 row_terms = DerivedRowTerms(per_output, {o: p.worst_by_point for o, p in per_output.items()})
             for o, (lhs, rhs) in spread_operands.items():
                 terms.add_operand(o, None if lhs is None else (lhs.value if isinstance(lhs, Spread) else lhs),
@@ -322,14 +369,14 @@ class _Golden:
 
 
 class _Gate:
-    """``Operator.gate``: the derived allowances and bounds; no own-upstream checks."""
-
-    OWN_SOURCE: dict = {}
-    OWN_READS: dict = {}
-    UPSTREAM = ""
+    """``Operator.gate``: the derived allowances and bounds, and the own-upstream checks the math
+    declares (``DerivedMath.own``)."""
 
     def __init__(self, derived: DerivedMath):
         self.derived = derived
+        self.OWN_READS = dict(derived.own)
+        self.OWN_SOURCE = {o: f"its math with its own stored {', '.join(up)}" for o, up in derived.own.items()}
+        self.UPSTREAM = "/".join(dict.fromkeys(u for up in derived.own.values() for u in up))
         self.LEGITIMATE_CHOICES = (*self.derived.points.values(), "FP32 math, any accurate form of each function",
                                    "any FP32 summation order within tiles of up to 8192 rows")
 
@@ -338,7 +385,8 @@ class _Gate:
         p = rows.outputs[output]
         sigmas = tail_sigmas(_numel(exact, sizes))
         allow = p.allowance(sigmas) + _subnormal_floor(exact)
-        return Allowance(allow, None, p.independent_var, shared_total=float(p.shared_rows.sum()),
+        own = None if p.own is None else p.own.allowance(sigmas) + _subnormal_floor(exact)
+        return Allowance(allow, own, p.independent_var, shared_total=float(p.shared_rows.sum()),
                          shared_rows=p.shared_rows, element_var=p.variance)
 
     def bound(self, output: str, exact: torch.Tensor, abs_terms, sched, sizes) -> torch.Tensor:
@@ -358,9 +406,17 @@ class _Gate:
                                inputs_stored=self.derived.operand_points.get(output), output=output,
                                elementwise_ops=BOUND_TERM_OPS)
 
-    @staticmethod
-    def own(rows, weights, kernel) -> ChunkGolden:
-        return ChunkGolden({}, {})
+    def own(self, rows, weights, kernel) -> ChunkGolden:
+        """The declared downstream outputs recomputed in FP32 from the kernel's own stored
+        upstream ones over a chunk of rows (``rows``: BF16 row inputs; ``weights`` in FP32)."""
+        if not self.derived.own:
+            return ChunkGolden({}, {})
+        plan = self.derived.schedules.BF16_FAITHFUL
+        values, operands = self.derived.evaluate(
+            OwnTensorOps(plan, self.derived.reused, kernel), {**{k: v.float() for k, v in rows.items()}, **weights})
+        return ChunkGolden({o: v for o, v in values.items() if o in self.derived.own},
+                           {o: (None if lhs is None else lhs.float(), rhs.float())
+                            for o, (lhs, rhs) in operands.items() if o in self.derived.own})
 
 
 def with_derived(operator, derived: DerivedMath):

@@ -25,5 +25,8 @@ def backward(ops, t):
             {"db_g": (None, dg_in), "db_fc": (None, dfc_in), "dw_g": (x, dg_in), "dw_fc": (x, dfc_in)})
 
 
-DERIVED = DerivedMath(backward, POINTS, OPERATOR.outputs, operand_points={"db_g": "dg_in", "db_fc": "dfc_in",
-                                                                          "dw_g": "dg_in", "dw_fc": "dfc_in"})
+DERIVED = DerivedMath(backward, POINTS, OPERATOR.outputs,
+                      operand_points={"db_g": "dg_in", "db_fc": "dfc_in", "dw_g": "dg_in", "dw_fc": "dfc_in"},
+                      reused={"dg_in": "dg", "dfc_in": "dfc"},
+                      own={"db_g": ("dg",), "db_fc": ("dfc",), "dw_g": ("dg",), "dw_fc": ("dfc",),
+                           "dx": ("dg", "dfc")})
