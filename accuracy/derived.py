@@ -49,7 +49,9 @@ import torch
 from accuracy import allowance
 from accuracy.allowance import MIN_NORMAL, Allowance, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
-from accuracy.propagation import MATH, U_FP32, Spread, SpreadOps, spread_inputs
+from accuracy.propagation import (MATH, SECOND_ORDER, STORE_BINADE_MARGIN, U_FP32, Spread, SpreadOps,
+                                  spread_inputs)
+from accuracy.ulp import bf16_spacing
 from accuracy.term_sums import ReductionTermSums, dot64
 from contract.operator import ChunkGolden, OutputDecl
 from goldens.blocks import blocks
@@ -86,6 +88,48 @@ class TensorOps:
 
     exp, sigmoid, tanh, erf = (staticmethod(f) for f in (torch.exp, torch.sigmoid, torch.tanh, torch.erf))
     rsqrt, sqrt = staticmethod(torch.rsqrt), staticmethod(torch.sqrt)
+
+
+class _ReverseOps(TensorOps):
+    """FP64 math with a zero perturbation at every point, for the reverse pass that gives each
+    point's exact share of the fitted scale's variance (``shared_variance``)."""
+
+    def __init__(self):
+        self.leaves: dict[str, torch.Tensor] = {}
+        self.half: dict[str, torch.Tensor] = {}
+
+    def store(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        mag = x.detach().abs() * STORE_BINADE_MARGIN
+        self.half[name] = torch.minimum(bf16_spacing(mag) / 2, mag)
+        self.leaves[name] = torch.zeros_like(x, requires_grad=True)
+        return x + self.leaves[name]
+
+
+def shared_variance(derived: "DerivedMath", inputs64: Mapping[str, torch.Tensor], exact: Mapping[str, torch.Tensor],
+                    points: Mapping[str, set]) -> dict[str, dict[str, torch.Tensor]]:
+    """Per row output and per point of ``points[output]``, the variance its roundings give the
+    fitted scale's numerator sum_j r_j err_j, per row of the block: sum over the point's
+    elements of (J^T r)^2 h^2 / 3 (first order, exact through matmuls, where the forward model
+    can only bound the rows' shared part)."""
+    if not any(points.values()):
+        return {}
+    ops = _ReverseOps()
+    with torch.enable_grad():
+        values, _ = derived.evaluate(ops, inputs64)
+        out: dict[str, dict[str, torch.Tensor]] = {}
+        for o, names in points.items():
+            names = [n for n in names if n in ops.leaves]
+            if not names:
+                continue
+            r = torch.where(torch.isfinite(exact[o]), exact[o].double(), 0.0)
+            numerator = (values[o] * r).sum()
+            grads = torch.autograd.grad(numerator, [ops.leaves[n] for n in names], retain_graph=True,
+                                        allow_unused=True)
+            rows = r.shape[0]
+            out[o] = {n: _per_row(torch.zeros(1, 1, dtype=torch.float64) if g is None
+                                  else (g.detach().square() * ops.half[n].square() / 3), rows)
+                      for n, g in zip(names, grads)}
+    return out
 
 
 class OwnTensorOps(TensorOps):
@@ -235,28 +279,45 @@ def _per_row(group_var: torch.Tensor, rows: int) -> torch.Tensor:
     return group_var.sum().expand(rows) / rows
 
 
-def _output_spread(s: Spread, exact: torch.Tensor) -> OutputSpread:
-    """Totals of one row output: the variance independent per element, and what the broadcast
-    roundings add to the fitted scale's numerator sum r_j err_j, per row."""
+def shared_points(s: Spread) -> set[str]:
+    """The points whose roundings reach several elements of this output together (broadcast, or
+    through a reduction whose outputs share them): the fitted scale's shared variance."""
+    full = tuple(n > 1 for n in s.shape)
+    out = {name for name, (_, src) in s.exact.items() if tuple(n > 1 for n in src) != full}
+    out |= {name for name, m in s.mixed.items()
+            if name not in (MATH, SECOND_ORDER) and not all(m.independent)}
+    return out
+
+
+def _output_spread(s: Spread, exact: torch.Tensor, shared_exact: Mapping[str, torch.Tensor] | None = None) -> OutputSpread:
+    """Totals of one row output: the variance independent per element, and what the shared
+    roundings add to the fitted scale's numerator sum r_j err_j, per row: exact per point where
+    ``shared_exact`` has it (``_ReverseOps``: (J^T r)^2 h^2 / 3), else bounded per row by
+    (sum |r| sigma)^2 over the elements sharing it."""
     shape = s.shape
+    shared_exact = shared_exact or {}
     r = torch.where(torch.isfinite(exact), exact.double(), 0.0)
     independent = torch.zeros(shape, dtype=torch.float64)
     shared_rows = torch.zeros(shape[0], dtype=torch.float64)
+    for rows in shared_exact.values():
+        shared_rows += rows
     full = tuple(n > 1 for n in shape)
-    for coef, src in s.exact.values():
+    for name, (coef, src) in s.exact.items():
         coef = coef.expand(shape)
         if tuple(n > 1 for n in src) == full:
             independent = independent + coef.square() / 3
             continue
-        dims = [i for i, n in enumerate(src) if n == 1 and shape[i] > 1]
-        shared_rows += _per_row((r * coef).sum(dims, keepdim=True).square() / 3, shape[0])
-    for m in s.mixed.values():
+        if name not in shared_exact:
+            dims = [i for i, n in enumerate(src) if n == 1 and shape[i] > 1]
+            shared_rows += _per_row((r * coef).sum(dims, keepdim=True).square() / 3, shape[0])
+    for name, m in s.mixed.items():
         sd = m.sd.expand(shape)
         dims = [i for i, ind in enumerate(m.independent) if not ind and shape[i] > 1]
         if not dims:
             independent = independent + sd.square()
             continue
-        shared_rows += _per_row((r.abs() * sd).sum(dims, keepdim=True).square(), shape[0])
+        if name not in shared_exact:
+            shared_rows += _per_row((r.abs() * sd).sum(dims, keepdim=True).square(), shape[0])
     mixed_var = torch.zeros(shape, dtype=torch.float64)
     mixed_worst = torch.zeros(shape, dtype=torch.float64)
     for m in s.mixed.values():
@@ -336,7 +397,9 @@ class _Golden:
         if terms is not None:
             spreads, spread_operands = self.derived.evaluate(SpreadOps, spread_inputs({**rows, **weights}))
             if want_rows:
-                per_output = {o: _output_spread(s, values[o]) for o, s in spreads.items()}
+                exact_shared = shared_variance(self.derived, {**rows, **weights}, values,
+                                               {o: shared_points(sp) for o, sp in spreads.items()})
+                per_output = {o: _output_spread(sp, values[o], exact_shared.get(o)) for o, sp in spreads.items()}
                 if self.derived.own:
                     own_spreads, _ = self.derived.evaluate(OwnSpreadOps(self.derived.reused),
                                                            spread_inputs({**rows, **weights}))
