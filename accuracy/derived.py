@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -61,6 +62,23 @@ from goldens.stream import GoldenPass
 
 # the element-wise FP32 roundings the diagnosis bound gives a reduction's terms
 BOUND_TERM_OPS = 12
+
+
+class _Frozen:
+    """Read-only once built: the gate and golden a run judges with live in the framework's process
+    beside the backends, so an attribute set on them (a backend replacing ``row_allowance`` to
+    judge itself) is refused; their classes' functions are in ``kernels.sealed_state``'s table."""
+
+    def _freeze(self) -> None:
+        object.__setattr__(self, "_frozen", True)
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"{type(self).__name__} is read-only: {name!r} cannot be set")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        raise AttributeError(f"{type(self).__name__} is read-only: {name!r} cannot be deleted")
 
 
 class TensorOps:
@@ -327,7 +345,7 @@ def _output_spread(s: Spread, exact: torch.Tensor, shared_exact: Mapping[str, to
                         mixed_var.expand(shape), mixed_worst.expand(shape))
 
 
-class DerivedMath:
+class DerivedMath(_Frozen):
     """An operator's math with its rounding points (see the module's docstring). ``points``:
     name -> what a kernel may store there; ``outputs``: the operator's output declarations
     (``contract.operator.OutputDecl``); ``operand_points``: per reduction the point its operand
@@ -341,33 +359,36 @@ class DerivedMath:
         dg_in is dg as stored); ``own``: output -> the upstream outputs it is recomputed from, with
         the kernel's own values at their points (the own-upstream checks)."""
         self.math = math
-        self.points = dict(points)
-        self.reused = dict(reused or {})
-        self.own = {o: tuple(up) for o, up in (own or {}).items()}
+        self.points = MappingProxyType(dict(points))
+        self.reused = MappingProxyType(dict(reused or {}))
+        self.own = MappingProxyType({o: tuple(up) for o, up in (own or {}).items()})
         unknown = {u for up in self.own.values() for u in up} - set(self.reused.values())
         if unknown:
             raise ValueError(f"own-upstream checks read {sorted(unknown)}, which no reused point stores")
         self.output_decls = tuple(outputs)
         self.outputs = tuple(o.name for o in outputs)
-        self.kernel_of = {o.name: o.kernel for o in outputs if o.kernel is not None}
-        self.operand_points = dict(operand_points or {})
+        self.kernel_of = MappingProxyType({o.name: o.kernel for o in outputs if o.kernel is not None})
+        self.operand_points = MappingProxyType(dict(operand_points or {}))
         kernels = tuple(dict.fromkeys(self.kernel_of.values()))
         self.schedules = Schedules(points=(*self.points, *self.outputs), kernels=kernels, outputs=self.outputs)
+        self._bias_paths = MappingProxyType(self._make_bias_paths())
         self.golden = _Golden(self)
         self.gate = _Gate(self)
+        self._freeze()
 
     def bias_paths(self) -> dict:
+        return dict(self._bias_paths)
+
+    def _make_bias_paths(self) -> dict:
         """The legitimate paths whose rounding bias the fitted scale allows: FP32 math with no
         point stored, every point stored, and each point alone (a bias is a property of the
         values a store rounds; these bracket the combinations)."""
-        if not hasattr(self, "_bias_paths"):
-            base = self.schedules.BF16_FAITHFUL
-            bf16 = torch.bfloat16
-            paths = {"fp32": base, "all stored": base.with_store(**dict.fromkeys(self.points, bf16))}
-            if len(self.points) > 1:
-                paths.update({f"{p} stored": base.with_store(**{p: bf16}) for p in self.points})
-            self._bias_paths = paths
-        return self._bias_paths
+        base = self.schedules.BF16_FAITHFUL
+        bf16 = torch.bfloat16
+        paths = {"fp32": base, "all stored": base.with_store(**dict.fromkeys(self.points, bf16))}
+        if len(self.points) > 1:
+            paths.update({f"{p} stored": base.with_store(**{p: bf16}) for p in self.points})
+        return paths
 
     def evaluate(self, ops, inputs: Mapping) -> tuple[dict, dict]:
         rows, operands = self.math(ops, dict(inputs))
@@ -379,11 +400,12 @@ class DerivedMath:
         return rows, operands
 
 
-class _Golden:
+class _Golden(_Frozen):
     """``Operator.golden``: the chunk under a plan, and the reference's rounding model."""
 
     def __init__(self, derived: DerivedMath):
         self.derived = derived
+        self._freeze()
 
     @staticmethod
     def term_sums(inputs: Mapping[str, torch.Tensor]) -> DerivedTermSums:
@@ -431,17 +453,19 @@ class _Golden:
                 terms.add_path_operand(o, path, None if lhs is None else exact_operands[o][0].double(), err)
 
 
-class _Gate:
+class _Gate(_Frozen):
     """``Operator.gate``: the derived allowances and bounds, and the own-upstream checks the math
     declares (``DerivedMath.own``)."""
 
     def __init__(self, derived: DerivedMath):
         self.derived = derived
-        self.OWN_READS = dict(derived.own)
-        self.OWN_SOURCE = {o: f"its math with its own stored {', '.join(up)}" for o, up in derived.own.items()}
+        self.OWN_READS = MappingProxyType(dict(derived.own))
+        self.OWN_SOURCE = MappingProxyType({o: f"its math with its own stored {', '.join(up)}"
+                                            for o, up in derived.own.items()})
         self.UPSTREAM = "/".join(dict.fromkeys(u for up in derived.own.values() for u in up))
         self.LEGITIMATE_CHOICES = (*self.derived.points.values(), "FP32 math, any accurate form of each function",
                                    "any FP32 summation order within tiles of up to 8192 rows")
+        self._freeze()
 
     @staticmethod
     def row_allowance(output: str, exact: torch.Tensor, rows: DerivedRowTerms, terms, sizes) -> Allowance:

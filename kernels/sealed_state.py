@@ -255,17 +255,22 @@ def _namespaces() -> dict[str, object]:
     for name, module in list(sys.modules.items()):
         if module is not None and (name.split(".")[0] in FRAMEWORK_PACKAGES or name in FRAMEWORK_KERNEL_MODULES):
             spaces[name] = module
+            # the classes it defines: a derived operator's gate and golden are methods of
+            # accuracy.derived's classes, the rounding model's ops of accuracy.propagation's
+            for attr, value in list(vars(module).items()):
+                if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                    spaces[f"{name}.{attr}"] = value
     return spaces
 
 
 def function_table() -> dict[tuple[str, str], object]:
     """(namespace, attribute) -> the callable or module found there, for every attribute that reads
     the same object twice (an attribute computed afresh on each read is no identity to check).
-    About 6000 attributes, 3 ms."""
+    About 4000 attributes (the framework modules and their classes), 10 ms."""
     table = {}
     for space_name, space in _namespaces().items():
         try:
-            names = list(vars(space)) if space_name not in ("torch", "torch.Tensor", "numpy") else dir(space)
+            names = (list(vars(space)) if space_name not in ("torch", "torch.Tensor", "numpy") else dir(space))
         except TypeError:
             continue
         for attr in names:

@@ -149,3 +149,28 @@ def test_a_declaration_cannot_be_changed_and_a_swapped_one_is_put_back():
     assert operators.get("swiglu_backward") is SWIGLU
     outcome = evaluate_case(CaseSpec(1024, 96, 200, "unit", 0), [resolve(SWIGLU, "torch-eager")], benchmark=None)
     assert outcome.checks_nothing is None and all(v.passed for v in outcome.verdicts["torch-eager"].values())
+
+
+def _patch_derived_gate_class():
+    from accuracy import derived
+    derived._Gate.row_allowance = lambda self, *a, **kw: None
+
+
+def _patch_derived_gate_instance():
+    from operators.bias_gelu_backward import DERIVED
+    DERIVED.gate.row_allowance = lambda *a, **kw: None
+
+
+def test_a_derived_gate_cannot_be_replaced_from_a_backend():
+    """An operator written as its math is judged by objects of ``accuracy.derived``: a backend that
+    replaces their class's function fails its cell and the function is back; one that sets an
+    attribute on the gate itself is refused (the objects are read-only)."""
+    from accuracy import derived
+    from operators.bias_gelu_backward import DERIVED
+    original = derived._Gate.row_allowance
+    run = run_backend(SWIGLU, Backend("hostile:derived-class", _then(_patch_derived_gate_class)), INPUTS)
+    assert run.error is not None and "accuracy.derived._Gate.row_allowance" in run.error, run.error
+    assert derived._Gate.row_allowance is original
+    run = run_backend(SWIGLU, Backend("hostile:derived-instance", _then(_patch_derived_gate_instance)), INPUTS)
+    assert run.error is not None and "read-only" in run.error, run.error
+    assert "row_allowance" not in vars(DERIVED.gate)
