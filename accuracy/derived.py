@@ -50,9 +50,7 @@ import torch
 from accuracy import allowance
 from accuracy.allowance import MIN_NORMAL, Allowance, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
-from accuracy.propagation import (MATH, SECOND_ORDER, STORE_BINADE_MARGIN, U_FP32, Spread, SpreadOps,
-                                  spread_inputs)
-from accuracy.ulp import bf16_spacing
+from accuracy.propagation import MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, spread_inputs
 from accuracy.term_sums import ReductionTermSums, dot64
 from contract.operator import ChunkGolden, OutputDecl
 from goldens.blocks import blocks
@@ -117,8 +115,7 @@ class _ReverseOps(TensorOps):
         self.half: dict[str, torch.Tensor] = {}
 
     def store(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        mag = x.detach().abs() * STORE_BINADE_MARGIN
-        self.half[name] = torch.minimum(bf16_spacing(mag) / 2, mag)
+        self.half[name] = half_spacing(x.detach())
         self.leaves[name] = torch.zeros_like(x, requires_grad=True)
         return x + self.leaves[name]
 

@@ -262,11 +262,17 @@ def elementwise(a: Spread, value: torch.Tensor, derivative: torch.Tensor, ulps: 
     return out
 
 
+def half_spacing(value: torch.Tensor) -> torch.Tensor:
+    """The largest error of one BF16 rounding of a kernel's value near ``value``: half the spacing
+    at |value| (1 + 2^-7); below half the smallest subnormal spacing (2^-134) a value rounds to
+    zero, and its error is itself."""
+    mag = value.abs() * STORE_BINADE_MARGIN
+    return torch.minimum(bf16_spacing(mag) / 2, mag)
+
+
 def store(name: str, a: Spread) -> Spread:
     """Point ``name``: a may be stored in BF16 here (one rounding, half the spacing at |a|)."""
-    # below half the smallest subnormal spacing (2^-134) a value rounds to zero: its error is itself
-    mag = a.value.abs() * STORE_BINADE_MARGIN
-    half = torch.minimum(bf16_spacing(mag) / 2, mag)
+    half = half_spacing(a.value)
     exact = dict(a.exact)
     if name in exact:
         raise ValueError(f"rounding point {name!r} is used twice in the math")
