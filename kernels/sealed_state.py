@@ -275,13 +275,21 @@ def function_table() -> dict[tuple[str, str], object]:
             continue
         for attr in names:
             try:
-                first = getattr(space, attr)
-                if (callable(first) or isinstance(first, type(sys))) and getattr(space, attr) is first \
-                        and (space_name, attr) not in TORCH_REPLACES_ITSELF:
+                first = _read(space_name, space, attr)
+                if (callable(first) or isinstance(first, (type(sys), staticmethod, classmethod))) \
+                        and _read(space_name, space, attr) is first and (space_name, attr) not in TORCH_REPLACES_ITSELF:
                     table[(space_name, attr)] = first
             except Exception:   # noqa: BLE001 - lazy attributes may raise; they are not checked
                 continue
     return table
+
+
+def _read(space_name: str, space, attr: str):
+    """The attribute as stored: a framework class's own entry (a staticmethod stays one, so putting
+    it back does not turn it into a method), any other namespace's attribute."""
+    if isinstance(space, type) and space_name not in ("torch.Tensor",):
+        return vars(space)[attr]
+    return getattr(space, attr)
 
 
 def replaced_functions(table: dict[tuple[str, str], object]) -> list[tuple[str, str]]:
@@ -291,7 +299,7 @@ def replaced_functions(table: dict[tuple[str, str], object]) -> list[tuple[str, 
     for (space_name, attr), obj in table.items():
         space = spaces.get(space_name)
         try:
-            now = getattr(space, attr)
+            now = _read(space_name, space, attr)
         except Exception:   # noqa: BLE001 - deleted
             now = None
         if now is not obj:

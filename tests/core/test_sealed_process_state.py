@@ -171,6 +171,8 @@ def test_a_derived_gate_cannot_be_replaced_from_a_backend():
     run = run_backend(SWIGLU, Backend("hostile:derived-class", _then(_patch_derived_gate_class)), INPUTS)
     assert run.error is not None and "accuracy.derived._Gate.row_allowance" in run.error, run.error
     assert derived._Gate.row_allowance is original
+    # put back as it was stored (a staticmethod), or every later call would pass the gate as self
+    assert isinstance(vars(derived._Gate)["row_allowance"], staticmethod)
     run = run_backend(SWIGLU, Backend("hostile:derived-instance", _then(_patch_derived_gate_instance)), INPUTS)
     assert run.error is not None and "read-only" in run.error, run.error
     assert "row_allowance" not in vars(DERIVED.gate)
