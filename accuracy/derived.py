@@ -325,19 +325,17 @@ def _output_spread(s: Spread, exact: torch.Tensor, shared_exact: Mapping[str, to
         if name not in shared_exact:
             dims = [i for i, n in enumerate(src) if n == 1 and shape[i] > 1]
             shared_rows += _per_row((r * coef).sum(dims, keepdim=True).square() / 3, shape[0])
+    mixed_var = torch.zeros(shape, dtype=torch.float64)
+    mixed_worst = torch.zeros(shape, dtype=torch.float64)
     for name, m in s.mixed.items():
         sd = m.sd.expand(shape)
+        mixed_var = mixed_var + sd.square()
+        mixed_worst = mixed_worst + m.worst
         dims = [i for i, ind in enumerate(m.independent) if not ind and shape[i] > 1]
         if not dims:
             independent = independent + sd.square()
-            continue
-        if name not in shared_exact:
+        elif name not in shared_exact:
             shared_rows += _per_row((r.abs() * sd).sum(dims, keepdim=True).square(), shape[0])
-    mixed_var = torch.zeros(shape, dtype=torch.float64)
-    mixed_worst = torch.zeros(shape, dtype=torch.float64)
-    for m in s.mixed.values():
-        mixed_var = mixed_var + m.sd.square()
-        mixed_worst = mixed_worst + m.worst
     return OutputSpread(s.variance(), s.worst(), s.worst_by_point(), independent, shared_rows,
                         mixed_var.expand(shape), mixed_worst.expand(shape))
 
