@@ -368,9 +368,9 @@ class CaseComparison:
         """Every comparison's metrics (``compare_case``'s return value)."""
         names = self.operator.output_names
         red, terms = self.golden_pass.reductions, self.terms
-        # the fitted scale's rounding bias: the largest of the legitimate paths' on this data, never
-        # below the measured bias of exact-product stores (allowance.SCALE_BIAS)
-        scale_bias = {o: max(allowance.SCALE_BIAS, terms.scale_bias(o, red["fp64"].get(o))) for o in names}
+        # the fitted scale's rounding bias: the largest of the legitimate paths' on this data, their
+        # stores included (an operator that models no path gets the measured constant, allowance.SCALE_BIAS)
+        scale_bias = {o: terms.scale_bias(o, red["fp64"].get(o)) for o in names}
         local_bias = {o: terms.local_bias(o, red["fp64"].get(o)) for o in names}
         for stats in self.per_backend.values():
             for o in names:

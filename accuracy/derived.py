@@ -30,7 +30,10 @@ From that one definition (``accuracy.propagation``):
 
 * **rounding bias**: each legitimate path (no point stored, all stored, each alone) run in FP32
   as a kernel runs it, its errors against the exact values summed the way the fitted scale sums
-  a kernel's, whole and per row and column (``DerivedTermSums.scale_bias``, ``local_bias``).
+  a kernel's, whole and per row and column (``DerivedTermSums.scale_bias``, ``local_bias``); a
+  reduction's error is its exact sum plus the error its stored operands carried in, stored in
+  BF16 (``accuracy.term_sums.stored_sum_error``), so the bias of its own store on this data is
+  counted too. No constant is added: the allowance is what the data's legitimate paths give.
 
 * **own-upstream checks**: where the math reads an output's stored value at a point
   (``reused``: SwiGLU's dx, db, dw read dg and dfc as stored), the declared downstream outputs
@@ -51,7 +54,7 @@ from accuracy import allowance
 from accuracy.allowance import MIN_NORMAL, Allowance, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.propagation import MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, spread_inputs
-from accuracy.term_sums import ReductionTermSums, dot64
+from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
 from contract.operator import ChunkGolden, OutputDecl
 from goldens.blocks import blocks
 from goldens.rounding import round_to
@@ -243,7 +246,8 @@ class DerivedTermSums(ReductionTermSums):
         den = dot64(r, r)
         if den == 0:
             return 0.0
-        return max(abs(dot64(e, r)) / den for e in self._err_sums[output].values())
+        return max(abs(dot64(stored_sum_error(r, e.double().reshape(r.shape)), r)) / den
+                   for e in self._err_sums[output].values())
 
     def local_bias(self, output: str, exact: torch.Tensor | None = None) -> dict | None:
         """``scale_bias``'s numerators per row and per column of the output, one row per path."""
@@ -255,7 +259,7 @@ class DerivedTermSums(ReductionTermSums):
             return None
         r = torch.where(torch.isfinite(exact), exact.double(), 0.0)
         r = r.reshape(-1, r.shape[-1])
-        prods = [e.double().reshape(r.shape) * r for e in self._err_sums[output].values()]
+        prods = [stored_sum_error(r, e.double().reshape(r.shape)) * r for e in self._err_sums[output].values()]
         return {"rows": torch.stack([q.sum(1) for q in prods]).numpy() if r.shape[0] > 1 else None,
                 "columns": torch.stack([q.sum(0) for q in prods]).numpy()}
 

@@ -103,6 +103,14 @@ def run_case(spec: CaseSpec, backends: Sequence[Backend]) -> dict:
             for name, r in runs.items()}
 
 
+def scale_headroom(metrics: Mapping) -> float | None:
+    """|fitted scale| / its allowed bound (7.5 sigma + the legitimate paths' bias on this data): a
+    correct kernel's must stay below 1; how far below says how much the allowance could shrink."""
+    agg = metrics.get("aggregate") or {}
+    beta, allowed = agg.get("scale_beta"), agg.get("scale_allowed")
+    return abs(beta) / allowed if beta is not None and allowed else None
+
+
 def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | None = None,
           checkpoint=None) -> dict:
     """Runs the sweep; returns records of the correct backends, catches of the mutants, timings."""
@@ -133,7 +141,8 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
                     rec = {"backend": b.name, "case": spec.id, "case_spec": spec.asdict(), "output": o,
                            "golden": REFERENCE, "gated": True, "status": status,
                            "metrics": {"ulp_p99": mtr["ulp_p99"], "ulp_max": mtr["ulp_max"],
-                                       "mismatches": mtr["mismatches"], "max_excess_index": mtr["max_excess_index"]}}
+                                       "mismatches": mtr["mismatches"], "max_excess_index": mtr["max_excess_index"],
+                                       "scale_headroom": scale_headroom(mtr)}}
                     if not v.passed:
                         rec["message"] = v.message
                     records.append(rec)
@@ -172,8 +181,8 @@ def table(res: dict) -> str:
              f"{res['seconds']:.0f} s on this machine.", "",
              "### False alarms of correct kernels (the matrix's gate)", "",
              "| backend | case | seeds | failures (any output) | known, explained | Wilson 95% upper bound | "
-             "worst output p99 ULP (median / max over seeds) |",
-             "|---|---|---|---|---|---|---|"]
+             "worst output p99 ULP (median / max over seeds) | fitted scale: max abs(beta) / allowed |",
+             "|---|---|---|---|---|---|---|---|"]
     per_case: dict = {}
     for (b, case, o), g in summary["groups"].items():
         per_case.setdefault((b, case), []).append((o, g))
@@ -189,8 +198,13 @@ def table(res: dict) -> str:
         _, hi = seed_stats.wilson_interval(len(unknown), seeds)
         o_worst, g_worst = max(groups, key=lambda og: og[1]["p99_ulp"]["max"] or 0)
         p = g_worst["p99_ulp"]
+        ratios = [(r["metrics"].get("scale_headroom"), r["output"]) for r in res["records"]
+                  if r["backend"] == b and seed_stats.strip_seed(r["case"]) == case
+                  and r.get("metrics", {}).get("scale_headroom") is not None]
+        head = max(ratios, default=None)
         lines.append(f"| {b} | {case} | {seeds} | {len(unknown)} | {len(known)} | {hi:.3f} | "
-                     f"{o_worst}: {_g(p['median'])} / {_g(p['max'])} |")
+                     f"{o_worst}: {_g(p['median'])} / {_g(p['max'])} | "
+                     f"{'-' if head is None else f'{head[1]}: {head[0]:.3f}'} |")
     lines += ["", "### Catch rate of wrong kernels (caught = some case fails some output at that seed)", "",
               "| wrong kernel | caught / seeds | rate | Wilson 95% interval | first catching case (most seeds) | "
               "outputs failing there |", "|---|---|---|---|---|---|"]

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from accuracy.term_sums import ReductionTermSums, accumulate, dot64
+from accuracy.term_sums import ReductionTermSums, accumulate, dot64, stored_sum_error
 from goldens.blocks import REDUCTION_BLOCK, blocks, row_product
 from accuracy.ulp import bf16_spacing
 from goldens.rounding import round_to
@@ -174,9 +174,13 @@ class TermSums(ReductionTermSums):
         den = dot64(r, r)
         if den == 0:
             return 0.0
+        return max(abs(dot64(self._stored_error(output, p, r), r)) / den for p in self._paths)
+
+    def _stored_error(self, output: str, path: str, exact: torch.Tensor) -> torch.Tensor:
+        """db's or dw's error on ``path``: the exact sum plus what the path's stored dg or dfc carried
+        into it, stored in BF16 (``accuracy.term_sums.stored_sum_error``), in ``exact``'s shape."""
         unit = 1.0 / (self.s_dg if output.endswith("_g") else self.s_dfc) if output.startswith("dw") else 1.0
-        return max(abs(dot64(self._err_sums[p][output], r)) * unit / den
-                   for p in self._paths)
+        return stored_sum_error(exact, self._err_sums[path][output].double().reshape(exact.shape) * unit)
 
     def local_bias(self, output: str, exact: torch.Tensor | None = None) -> dict | None:
         """``scale_bias``'s numerators sum (path - exact) exact per row and per column of the
@@ -196,8 +200,7 @@ class TermSums(ReductionTermSums):
             return None
         r = torch.where(torch.isfinite(exact), exact.double(), 0.0)
         r = r.reshape(-1, r.shape[-1])
-        unit = 1.0 / (self.s_dg if output.endswith("_g") else self.s_dfc) if output.startswith("dw") else 1.0
-        prods = [self._err_sums[p][output].double().reshape(r.shape) * r * unit for p in self._paths]
+        prods = [self._stored_error(output, p, r) * r for p in self._paths]
         return {"rows": torch.stack([q.sum(1) for q in prods]).numpy() if r.shape[0] > 1 else None,
                 "columns": torch.stack([q.sum(0) for q in prods]).numpy()}
 
@@ -220,12 +223,18 @@ class TermSums(ReductionTermSums):
         rw_g, rw_fc = row_product(r, self._w["signed"][0], block), row_product(r, self._w["signed"][1], block)
         # the paths' dx bias: sum_mk (err_g w_g^T + err_fc w_fc^T) dx = sum_mn err_g (dx w_g) + err_fc (dx w_fc)
         self._bias_den["dx"] += dot64(r, r) / s_r ** 2
+        # dx's own store: the rounding of the exact rows (dx sums 2N products, so the carried
+        # errors move its value by far less than its spacing), in the scaled units of r
+        store = stored_sum_error(r.double())
+        store_rows = (store * r.double()).sum(-1) / s_r ** 2
+        store_num = dot64(store, r) / s_r ** 2
         for name, (err_g, err_fc) in self._chunk_err.items():
             self._bias_num["dx"][name] += (dot64(err_g, rw_g) / (s_r * self.s_wg * self.s_dg)
                                            + dot64(err_fc, rw_fc)
-                                           / (s_r * self.s_wfc * self.s_dfc))
+                                           / (s_r * self.s_wfc * self.s_dfc) + store_num)
             self._row_bias["dx"][name].append((err_g * rw_g).double().sum(-1) / (s_r * self.s_wg * self.s_dg)
-                                              + (err_fc * rw_fc).double().sum(-1) / (s_r * self.s_wfc * self.s_dfc))
+                                              + (err_fc * rw_fc).double().sum(-1) / (s_r * self.s_wfc * self.s_dfc)
+                                              + store_rows)
         shared_rows = ((var_g * rw_g * rw_g).double().sum(-1) * (ug / s_r) ** 2
                        + (var_fc * rw_fc * rw_fc).double().sum(-1) * (ufc / s_r) ** 2)
         shared = (float((var_g * rw_g * rw_g).sum(dtype=torch.float64)) * (ug / s_r) ** 2
