@@ -101,12 +101,18 @@ class TermSums(ReductionTermSums):
                             "stored_intermediates": replace(BF16_FAITHFUL.with_store(dy_fc=bf16, silu_g=bf16),
                                                             dg_order="torch")}
         self._paths = tuple(self._path_plans)
-        self._bias_num = {o: dict.fromkeys(self._paths, 0.0) for o in ("dg", "dfc", "dx")}
+        # dx reads dg and dfc, and a kernel may take either path for each: dx's paths are the pairs
+        # (dg's path, dfc's path), so a kernel storing dy*fc but not silu(g) has its bias counted too
+        self._dx_paths = {(pg, pfc): pg if pg == pfc else f"dg {pg}, dfc {pfc}"
+                          for pg in self._paths for pfc in self._paths}
+        self._bias_num = {o: dict.fromkeys(self._paths, 0.0) for o in ("dg", "dfc")}
+        self._bias_num["dx"] = dict.fromkeys(self._dx_paths.values(), 0.0)
         self._bias_den = {"dg": 0.0, "dfc": 0.0, "dx": 0.0}
         self._err_sums: dict = {p: {} for p in self._paths}   # path -> db_g, db_fc, dw_g, dw_fc error sums
         # the same numerators per row (dg, dfc, dx; chunks come in row order) and per column (dg, dfc),
         # for the localized tests' windows (``local_bias``)
-        self._row_bias: dict = {o: {p: [] for p in self._paths} for o in ("dg", "dfc", "dx")}
+        self._row_bias: dict = {o: {p: [] for p in self._paths} for o in ("dg", "dfc")}
+        self._row_bias["dx"] = {p: [] for p in self._dx_paths.values()}
         self._col_bias: dict = {o: dict.fromkeys(self._paths, 0.0) for o in ("dg", "dfc")}
         self._chunk_err: dict = {}                             # path -> (err_g, err_fc) of the current chunk
 
@@ -191,7 +197,7 @@ class TermSums(ReductionTermSums):
             lists = self._row_bias[output]
             if not lists[self._paths[0]]:
                 return None
-            rows = torch.stack([torch.cat(lists[p]) for p in self._paths]).numpy()
+            rows = torch.stack([torch.cat(rows) for rows in lists.values()]).numpy()
             cols = (None if output == "dx" else
                     torch.stack([torch.as_tensor(self._col_bias[output][p], dtype=torch.float64).reshape(-1)
                                  for p in self._paths]).numpy())
@@ -228,13 +234,15 @@ class TermSums(ReductionTermSums):
         store = stored_sum_error(r.double())
         store_rows = (store * r.double()).sum(-1) / s_r ** 2
         store_num = dot64(store, r) / s_r ** 2
+        part_g, part_fc = {}, {}      # per path: (whole, per row) of dg's and of dfc's carried error
         for name, (err_g, err_fc) in self._chunk_err.items():
-            self._bias_num["dx"][name] += (dot64(err_g, rw_g) / (s_r * self.s_wg * self.s_dg)
-                                           + dot64(err_fc, rw_fc)
-                                           / (s_r * self.s_wfc * self.s_dfc) + store_num)
-            self._row_bias["dx"][name].append((err_g * rw_g).double().sum(-1) / (s_r * self.s_wg * self.s_dg)
-                                              + (err_fc * rw_fc).double().sum(-1) / (s_r * self.s_wfc * self.s_dfc)
-                                              + store_rows)
+            part_g[name] = (dot64(err_g, rw_g) / (s_r * self.s_wg * self.s_dg),
+                            (err_g * rw_g).double().sum(-1) / (s_r * self.s_wg * self.s_dg))
+            part_fc[name] = (dot64(err_fc, rw_fc) / (s_r * self.s_wfc * self.s_dfc),
+                             (err_fc * rw_fc).double().sum(-1) / (s_r * self.s_wfc * self.s_dfc))
+        for (pg, pfc), name in self._dx_paths.items():
+            self._bias_num["dx"][name] += part_g[pg][0] + part_fc[pfc][0] + store_num
+            self._row_bias["dx"][name].append(part_g[pg][1] + part_fc[pfc][1] + store_rows)
         shared_rows = ((var_g * rw_g * rw_g).double().sum(-1) * (ug / s_r) ** 2
                        + (var_fc * rw_fc * rw_fc).double().sum(-1) * (ufc / s_r) ** 2)
         shared = (float((var_g * rw_g * rw_g).sum(dtype=torch.float64)) * (ug / s_r) ** 2
