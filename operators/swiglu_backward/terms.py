@@ -239,11 +239,13 @@ class TermSums(ReductionTermSums):
         rw_g, rw_fc = row_product(r, self._w["signed"][0], block), row_product(r, self._w["signed"][1], block)
         # the paths' dx bias: sum_mk (err_g w_g^T + err_fc w_fc^T) dx = sum_mn err_g (dx w_g) + err_fc (dx w_fc)
         self._bias_den["dx"] += dot64(r, r) / s_r ** 2
-        # dx's own store: the rounding of the exact rows (dx sums 2N products, so the carried
-        # errors move its value by far less than its spacing), in the scaled units of r
-        store = stored_sum_error(r.double())
-        store_rows = (store * r.double()).sum(-1) / s_r ** 2
-        store_num = dot64(store, r) / s_r ** 2
+        # dx's own store, estimated by the rounding of the exact rows in the scaled units of r (the
+        # carried errors move a kernel's value by about one spacing of dx, which this leaves out:
+        # ``scale_bias`` keeps the measured constant under dx's bias for it)
+        r64 = r.double()
+        store = stored_sum_error(r64)
+        store_rows = (store * r64).sum(-1) / s_r ** 2
+        store_num = dot64(store, r64) / s_r ** 2
         part_g, part_fc = {}, {}      # per path: (whole, per row) of dg's and of dfc's carried error
         for name, (err_g, err_fc) in self._chunk_err.items():
             part_g[name] = (dot64(err_g, rw_g) / (s_r * self.s_wg * self.s_dg),
