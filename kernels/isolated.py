@@ -3,8 +3,9 @@
 A backend is someone else's unfinished kernel: it may segfault, call ``os._exit``,
 be killed by the OOM killer, or never return. Run in the framework's process, any of
 these takes down the pytest-xdist worker and every case still queued on it. Here
-each backend gets one long-lived child process (spawned, so no thread pool or lock
-is inherited), which regenerates the case's inputs from a picklable input factory (the
+each backend gets one long-lived child process (forked from a fork server: a process
+started fresh, which imported torch and this module and never runs anything else, so no
+thread pool, lock or state of the framework's process is inherited), which regenerates the case's inputs from a picklable input factory (the
 case itself: ``InputFactory``; bit-identical inputs from its id), runs the backend through ``kernels.runner.run_backend``
 (contract checks, state sealing) and hands the outputs back through shared memory:
 one copy into shared pages, no pickle of the tensors' bytes. The parent waits at
@@ -45,15 +46,25 @@ class InputFactory(Protocol):
 
     def inputs(self, device: str) -> dict[str, torch.Tensor]: ...
 
-_CTX = mp.get_context("spawn")
-START_SECONDS = 300          # spawning a child and importing torch + the backend: seconds, not minutes
+# A spawned child imports torch itself: 3-5 s of CPU per backend and per restart after a crash,
+# paid by every test run that isolates its backends. The fork server pays it once per process;
+# its children are forked from a process that imported and did nothing else (no thread started:
+# tests/core/test_cells_confined.py counts the fork server's threads).
+_CTX = mp.get_context("forkserver")
+_CTX.set_forkserver_preload(["torch", __name__])
+START_SECONDS = 300          # starting the fork server and importing the backend: seconds, not minutes
 
 
-def _child(name: str, path: str, conn) -> None:
+def _child(name: str, path: str, environment: dict[str, str], conn) -> None:
     """The child's loop: one request (input factory, device) at a time, until told to stop (None).
     The child leads a session of its own, so whatever the backend forks is killed with it, and
-    dies with its parent (a worker killed by SIGKILL leaves no child behind)."""
+    dies with its parent (a worker killed by SIGKILL leaves no child behind). Its environment is
+    the framework's process's when the child started, as a spawned child's would be (the fork
+    server's is the one it was started with)."""
     os.setsid()
+    if os.environ != environment:
+        os.environ.clear()
+        os.environ.update(environment)
     _die_with_parent()
     try:
         backend = resolve_path(name, path)
@@ -123,7 +134,7 @@ class _Child:
     def __init__(self, name: str, path: str):
         self.name = name
         self.conn, child_conn = _CTX.Pipe()
-        self.proc = _CTX.Process(target=_child, args=(name, path, child_conn), daemon=True,
+        self.proc = _CTX.Process(target=_child, args=(name, path, dict(os.environ), child_conn), daemon=True,
                                  name=f"backend:{name}")
         self.proc.start()
         child_conn.close()
