@@ -35,6 +35,7 @@ from cases.spec import InputsFileError
 from cases.summary import cell_verdicts, summary_lines
 from kernels.registry import BackendNotFound, resolve
 from runs.allocator import keep_freed_memory
+from runs.idle_threads import sleep_while_waiting
 from runs.manifest import build as build_manifest
 from runs.manifest import source_digest
 from runs.output_paths import OutputPathError, output_folder, probe_writable
@@ -184,6 +185,10 @@ def pytest_configure(config):
     if hasattr(config.option, "dist") and config.option.dist in ("load", "no") and getattr(
             config.option, "numprocesses", None):
         config.option.dist = "loadgroup"
+    if not hasattr(config, "workerinput"):
+        # before xdist starts the workers: they inherit it (``runs.idle_threads``)
+        workers = getattr(config.option, "numprocesses", None)
+        sleep_while_waiting(workers if isinstance(workers, int) else 0)
     if getattr(config, "workerinput", {}).get("swiglu_loadgroup"):
         # a worker decided from its own command line, before this hook, that it is no loadgroup
         # worker (xdist's ``setup_config``); its controller says otherwise
