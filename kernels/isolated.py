@@ -5,7 +5,8 @@ be killed by the OOM killer, or never return. Run in the framework's process, an
 these takes down the pytest-xdist worker and every case still queued on it. Here
 each backend gets one long-lived child process (forked from a fork server: a process
 started fresh, which imported torch and this module and never runs anything else, so no
-thread pool, lock or state of the framework's process is inherited), which regenerates the case's inputs from a picklable input factory (the
+thread pool, lock or state of the framework's process is inherited), which regenerates
+the case's inputs from a picklable input factory (the
 case itself: ``InputFactory``; bit-identical inputs from its id), runs the backend through ``kernels.runner.run_backend``
 (contract checks, state sealing) and hands the outputs back through shared memory:
 one copy into shared pages, no pickle of the tensors' bytes. The parent waits at
@@ -49,7 +50,8 @@ class InputFactory(Protocol):
 # A spawned child imports torch itself: 3-5 s of CPU per backend and per restart after a crash,
 # paid by every test run that isolates its backends. The fork server pays it once per process;
 # its children are forked from a process that imported and did nothing else (no thread started:
-# tests/core/test_cells_confined.py counts the fork server's threads).
+# tests/core/test_cells_confined.py counts the fork server's threads and checks a child's
+# environment is the run's).
 _CTX = mp.get_context("forkserver")
 _CTX.set_forkserver_preload(["torch", __name__])
 START_SECONDS = 300          # starting the fork server and importing the backend: seconds, not minutes

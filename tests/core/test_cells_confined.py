@@ -45,6 +45,11 @@ MODULE = textwrap.dedent("""
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)
 
+    def env_probe(**inputs):
+        if os.environ.get("CELLS_CONFINED_PROBE") != "set after the fork server started":
+            raise RuntimeError("the child's environment is not the run's")
+        return torch_eager(**inputs)
+
     def forks(**inputs):
         pid = os.fork()
         if pid == 0:
@@ -124,3 +129,19 @@ def test_live_children_are_capped_least_recently_used_first(plugin_dir, monkeypa
     outcome = evaluate_case(SPEC, [resolve(SWIGLU, n) for n in names], isolate=True, benchmark=None)
     assert all(outcome.runs[n].error is None for n in names)
     assert list(isolated._CHILDREN) == names[1:]
+
+
+def test_a_child_has_the_runs_environment_and_the_fork_server_started_no_thread(plugin_dir, monkeypatch):
+    """Children are forked from a fork server (``kernels.isolated``) that started before the
+    variable was set: a child started after it has the run's environment all the same. The server
+    imported torch and started no thread (Linux: counted in /proc)."""
+    first = evaluate_case(SPEC, [resolve(SWIGLU, "loads_anywhere:kernel")], isolate=True, benchmark=None)
+    assert first.runs["loads_anywhere:kernel"].error is None
+    monkeypatch.setenv("CELLS_CONFINED_PROBE", "set after the fork server started")
+    outcome = evaluate_case(SPEC, [resolve(SWIGLU, "loads_anywhere:env_probe")], isolate=True, benchmark=None)
+    assert outcome.runs["loads_anywhere:env_probe"].error is None, outcome.runs["loads_anywhere:env_probe"].error
+    from multiprocessing import forkserver
+    server = forkserver._forkserver._forkserver_pid
+    if not os.path.isdir(f"/proc/{server}/task"):
+        pytest.skip("no /proc here to count the fork server's threads")
+    assert len(os.listdir(f"/proc/{server}/task")) == 1
