@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 
 VARIABLE = "OMP_WAIT_POLICY"
-_state: dict = {"set": False, "why": "one process: the default policy"}
+ONE_PROCESS = {"set": False, "why": "one process: the default policy"}
+_state: dict = ONE_PROCESS
 
 
 def sleep_while_waiting(workers: int, environ=os.environ) -> dict:
@@ -31,7 +32,7 @@ def sleep_while_waiting(workers: int, environ=os.environ) -> dict:
         environ[VARIABLE] = "PASSIVE"
         _state = {"set": True, "value": "PASSIVE", "workers": workers}
     else:
-        _state = {"set": False, "why": "one process: the default policy"}
+        _state = ONE_PROCESS
     return state()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import manifest, platform_facts
+from runs import idle_threads, manifest, platform_facts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,6 +64,7 @@ def test_the_manifest_is_plain_json_with_the_facts():
     m = manifest.build("cpu")
     text = json.dumps(m, allow_nan=False)    # raises on anything that is not plain JSON
     assert set(m["facts"]) == set(platform_facts.FACTS)
+    assert m["omp_wait_policy"] == idle_threads.state()
     assert m["versions"]["torch"] and m["cpu"]["cores"] >= 1 and "precision_flags" in m
     assert json.loads(text)["framework"]["name"] == "swiglu-accuracy"
 

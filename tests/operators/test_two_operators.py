@@ -19,7 +19,9 @@ def test_two_operators_in_one_run_give_one_results_file_and_one_report(tmp_path)
     args = ["--operator", "swiglu_backward", "--operator", "tests.operators.toy", "--profile", "none",
             "--case", "swiglu_backward:1025,96,200,unit", "--case", "toy:1500,33,unit", "--case", "toy:3,8,tiny",
             "--backend", "torch-eager", "--backend", "tiled-emulation", "--backend", WRONG_TOY,
-            "--drift-seeds", "0", "--no-isolation"]     # the drift study of a run is tests/reports/test_run_drift_study.py's
+            # the drift study of a run is tests/reports/test_run_drift_study.py's, a backend's child
+            # process tests/core/test_cells_confined.py's: this test checks neither
+            "--drift-seeds", "0", "--no-isolation"]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "cases/", "-p", "no:xdist", "-p", "no:cacheprovider",
                            *args, "--results-dir", str(tmp_path / "r"), "--report-dir", str(tmp_path / "report")],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
