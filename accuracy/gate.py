@@ -219,8 +219,14 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
         lines.append(f"BF16 ULP distance{among}: p50 {_g(metrics['ulp_p50'])}, p99 {_g(metrics['ulp_p99'])}, "
                      f"max {_g(metrics['ulp_max'])}")
         if attribution is not None:
-            lines.append(f"Error vs FP64 by source (max abs): storage {_g(attribution['storage'])}, tile order "
-                         f"{_g(attribution['tile_order'])}, kernel {_g(attribution['kernel'])} -> dominant: "
+            # a source with non-finite values says so: its max abs is over finite pairs only
+            nonfinite = attribution.get("nonfinite") or {}
+
+            def source(name: str) -> str:
+                count = nonfinite.get(name)
+                return _g(attribution[name]) + (f" (+{count} non-finite)" if count else "")
+            lines.append(f"Error vs FP64 by source (max abs): storage {source('storage')}, tile order "
+                         f"{source('tile_order')}, kernel {source('kernel')} -> dominant: "
                          f"{attribution['dominant']}")
         seed_caught = metrics["mismatches_seed_gate"] > 0
         lines.append(f"The article's gate (atol {atol:.3g}) would {'also fail' if seed_caught else 'PASS'} this output"

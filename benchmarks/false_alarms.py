@@ -13,7 +13,7 @@ BF16 math, a uniform 1/128 error) run over the same seeds; a wrong kernel is cau
 that seed).
 
 Restriction, for time (2 shared cores): the quick profile's cases at (K, N) = (96, 200) with
-M <= 4097 (12 of its 18 cases, the three range cases among them; the K,N = 512,1024 cases and M = 220000 are left out: the
+M <= 4097 (13 of its 19 cases, the four range cases among them; the K,N = 512,1024 cases and M = 220000 are left out: the
 article's case takes minutes per seed on this machine).
 
 The gate is the matrix's own (``accuracy.compare.compare_case`` and ``accuracy.gate``) without

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from cases.matrix import LARGE_M, quick_cases
@@ -174,9 +174,13 @@ def triage(edits: Sequence[Edit], judged: Judged, cases: Sequence[str], legitima
 
 def score_kernel(address: str, operator: Operator, cases: Sequence[CaseSpec], *, plan: MutationPlan | None = None,
                  limit: int | None = None, timeout: float = 60.0, fp64_or_better: bool = True,
-                 batch: int = BATCH, progress: bool = True) -> MutationScore:
+                 batch: int = BATCH, progress: bool = True,
+                 legitimate_here: Mapping[str, str] | None = None) -> MutationScore:
     """Mutate the function at ``address`` and judge each mutant by ``operator``'s gate at ``cases``
-    (in the order given)."""
+    (in the order given). ``legitimate_here``: edits that are legitimate in this kernel only (an
+    edit and its reason), beside the operator's ``LEGITIMATE``: e.g. a product made a BF16 GEMM
+    is PyTorch's own path where its operands are BF16 values already, and a loss of precision
+    where they are not."""
     kernel = read_kernel(address)
     edits = mutants(kernel.function, plan or plan_for(operator, kernel.function, {**kernel.globals, **kernel.closure}))[:limit]
     start = time.perf_counter()
@@ -185,7 +189,8 @@ def score_kernel(address: str, operator: Operator, cases: Sequence[CaseSpec], *,
                    progress=meter)
     ids = [c.id for c in cases]
     return MutationScore(address, operator.name, ids,
-                         triage(edits, judged, ids, LEGITIMATE.get(operator.name, {}), fp64_or_better),
+                         triage(edits, judged, ids, {**LEGITIMATE.get(operator.name, {}), **(legitimate_here or {})},
+                                fp64_or_better),
                          baseline_failures=_baseline_failures(judged),
                          baseline_fp64_ulp_max=_worst(judged.results.get(BASELINE, {})),
                          seconds=time.perf_counter() - start)

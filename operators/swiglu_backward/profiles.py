@@ -114,6 +114,20 @@ def _above_fp16(gen, m, k, n):
     return t
 
 
+def _g_above_fp16(gen, m, k, n):
+    """g of either sign at 2^16 (1 + |randn|): every element beyond FP16's largest value 65504, so
+    a kernel staging g through FP16 (in the sigmoid's argument, in g (1 - s)) gets +-inf and then
+    inf * 0 = NaN in dg. Every |g| is above 2^16, far past the point where sigmoid is exactly 0 or
+    1 in FP32 (|g| > ~104): no element's value depends on whether the platform flushes subnormals,
+    and every accurate sigmoid form gives the same s, the reference's. dg is dy fc where g > 0 and
+    0 where g < 0; dfc dy g or 0 (~1e5). The article's exp(g) / (1 + exp(g)) is NaN at every
+    positive g, as at the saturating profile."""
+    t = _unit(gen, m, k, n)
+    g = t["g"]
+    t["g"] = torch.where(g < 0, -1.0, 1.0) * 2.0 ** 16 * (1 + g.abs())
+    return t
+
+
 def _sigmoid_tail(gen, m, k, n):
     """g uniform in [-16, -14], one-sided (nothing of order one beside it to lift the rms and the
     atol): sigmoid ~ 3e-7, where 0.5 (1 + tanh(g/2)) cancels to about one FP32 bit and is 10% off
@@ -127,7 +141,9 @@ def _sigmoid_tail(gen, m, k, n):
 
 SCALES = {"seed": _seed_scale, "unit": _unit, "saturating": _saturating,
           "cancellation": _cancellation, "tiny": _tiny, "outliers": _outliers,
-          "below_fp16": _below_fp16, "above_fp16": _above_fp16, "sigmoid_tail": _sigmoid_tail}
+          "below_fp16": _below_fp16, "above_fp16": _above_fp16, "g_above_fp16": _g_above_fp16,
+          "sigmoid_tail": _sigmoid_tail}
 # One case each in the quick matrix (``Operator.range_cases``), at tile edges of the small shape:
-# 2049 (w tile + 1), 1025 (b/x tile + 1), 3000 (tails in every kernel)
-RANGE_CASES = ((2049, 96, 200, "below_fp16", 0), (1025, 96, 200, "above_fp16", 0), (3000, 96, 200, "sigmoid_tail", 0))
+# 2049 (w tile + 1), 1025 (b/x tile + 1), 1024 (one whole b/x tile), 3000 (tails in every kernel)
+RANGE_CASES = ((2049, 96, 200, "below_fp16", 0), (1025, 96, 200, "above_fp16", 0),
+               (1024, 96, 200, "g_above_fp16", 0), (3000, 96, 200, "sigmoid_tail", 0))

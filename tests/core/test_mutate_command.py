@@ -129,3 +129,25 @@ def test_python_m_accuracy_mutate_reaches_the_command():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and "no_such_module_for_mutate" in proc.stderr
+
+
+def test_an_edit_legitimate_in_one_kernel_is_equivalent_there_only():
+    """A surviving edit is a miss unless the operator or the kernel at hand declares it legitimate:
+    the same judged results triage as survived without the kernel's declaration and as equivalent
+    with it; a killed mutant stays killed whatever is declared."""
+    from cases.mutation.judge import Judged
+    from cases.mutation.mutator import Edit
+    from cases.mutation.score import triage
+    from cases.mutation.worker import BASELINE, CaseResult
+
+    case = "M2-K96-N200-unit-s0"
+    edits = [Edit(1, 10, "@ as a BF16 GEMM, rounded to BF16", ""), Edit(2, 11, "@ as a BF16 GEMM, rounded to BF16", "")]
+    judged = Judged(results={BASELINE: {case: CaseResult()},
+                             1: {case: CaseResult(ulp_from_baseline=0.5)},
+                             2: {case: CaseResult(failed=("dx",), ulp_from_baseline=9.0)}})
+    plain = triage(edits, judged, [case], {}, fp64_or_better=False)
+    declared = triage(edits, judged, [case], {"@ as a BF16 GEMM, rounded to BF16": "BF16 operands"},
+                      fp64_or_better=False)
+    assert [v.verdict for v in plain] == ["survived", "gate"]
+    assert [v.verdict for v in declared] == ["equivalent", "gate"]
+    assert "BF16 operands" in declared[0].detail

@@ -18,10 +18,12 @@ BF16 = torch.bfloat16
 
 def _backward(x, w_g, w_fc, dy, g, fc, *, math=torch.float32, store_intermediates=False,
               db_from_stored=True, dx_products_stored=False, store: Callable = None,
-              store_downstream: Callable = None, sigmoid: Callable = torch.sigmoid):
+              store_downstream: Callable = None, sigmoid: Callable = torch.sigmoid,
+              factor_g: Callable = None):
     """dg/dfc in ``math``, stored with ``store`` (BF16 round to nearest by default); db, dw, dx
     from the stored values (or db from the unrounded ones) as FP32 (or ``math``) matmuls, stored
-    with ``store_downstream`` (``store`` by default)."""
+    with ``store_downstream`` (``store`` by default); ``factor_g``: what g becomes in dg's factor
+    1 + g (1 - s) (itself by default)."""
     store = store or (lambda t: t.to(BF16))
     out = store_downstream or store
     dy, g, fc = (t.to(math) for t in (dy, g, fc))
@@ -30,7 +32,8 @@ def _backward(x, w_g, w_fc, dy, g, fc, *, math=torch.float32, store_intermediate
     silu_g = g * s
     if store_intermediates:     # what PyTorch autograd materialises between its ops
         dy_fc, silu_g = dy_fc.to(BF16).to(math), silu_g.to(BF16).to(math)
-    dg_m = dy_fc * (s * (1 + g * (1 - s)))
+    g_in_factor = g if factor_g is None else factor_g(g)
+    dg_m = dy_fc * (s * (1 + g_in_factor * (1 - s)))
     dfc_m = dy * silu_g
     dg, dfc = store(dg_m), store(dfc_m)
     acc = torch.float32 if math == torch.float32 else math
@@ -129,6 +132,13 @@ def tanh_sigmoid(*, x, w_g, w_fc, dy, g, fc):
     return _backward(x, w_g, w_fc, dy, g, fc, sigmoid=lambda t: 0.5 * (1 + torch.tanh(t / 2)))
 
 
+def g_through_fp16_in_dg(*, x, w_g, w_fc, dy, g, fc):
+    """g staged through FP16 in dg's factor 1 + g (1 - s) only: exact for |g| <= 65504 and, below
+    FP16's normal range, off by less than a BF16 ULP of the factor (g enters it next to 1); beyond
+    65504 g becomes inf, and inf * (1 - s) = inf * 0 = NaN."""
+    return _backward(x, w_g, w_fc, dy, g, fc, factor_g=lambda t: t.half().to(t.dtype))
+
+
 # ---------------------------------------------------------------------------- wrong in a part
 # Errors that a test of the whole output dilutes: each is the correct ``plain`` kernel's output
 # with one part wrong by one to two rtol (1/128, 1/64), the size of a tiled kernel's usual bug.
@@ -195,6 +205,6 @@ CORRECT: dict[str, Callable] = {f.__name__: f for f in (plain, plain_db_unrounde
 # Wrong only outside the ranges the other profiles draw: the operator's range cases catch them
 RANGE_BUGS: dict[str, Callable] = {f.__name__: f for f in (dy_through_fp16, g_through_fp16, fc_through_fp16,
                                                            x_through_fp16, w_g_through_fp16, w_fc_through_fp16,
-                                                           tanh_sigmoid)}
+                                                           g_through_fp16_in_dg, tanh_sigmoid)}
 WRONG: dict[str, Callable] = {f.__name__: f for f in (round_toward_zero_stores, round_up_stores,
                                                       round_up_downstream_stores, bf16_math, uniform_scale_error)}
