@@ -238,10 +238,19 @@ def table(res: dict) -> str:
 
 
 def merge(parts: Sequence[dict]) -> dict:
-    """One result from the JSON of split sweeps (disjoint seeds)."""
+    """One result from the JSON of split sweeps; their seeds must be disjoint and their cases and
+    correct kernels the same (a seed counted twice, or a sweep of other cases, would be refused by
+    nothing else and change the table's counts)."""
     res = {"seeds": 0, "cases": parts[0]["cases"], "records": [], "catches": {}, "first_case": {},
            "seconds": 0.0, "correct": parts[0]["correct"]}
-    for part in parts:
+    seen: set = set()
+    for i, part in enumerate(parts):
+        if part["cases"] != res["cases"] or part["correct"] != res["correct"]:
+            raise ValueError(f"sweep {i} ran other cases or correct kernels than sweep 0: not one table")
+        seeds = {str(seed) for by_seed in part["catches"].values() for seed in by_seed}
+        if seeds & seen:
+            raise ValueError(f"sweep {i} repeats seeds {sorted(seeds & seen, key=int)[:10]}: each seed once")
+        seen |= seeds
         res["seeds"] += part["seeds"]
         res["seconds"] = max(res["seconds"], part["seconds"])
         res["records"] += part["records"]

@@ -145,3 +145,21 @@ def test_seed_sweep_in_miniature():
     groups = seed_stats.summarize(res["records"])["groups"]
     assert groups and all(g["decision"]["passed"] for key, g in groups.items() if key not in known)
     assert "| wrong kernel |" in fa.table(res)
+
+
+def test_split_sweeps_merge_only_with_disjoint_seeds_and_the_same_cases():
+    """The benchmark's table sums split sweeps: a seed in two of them would be counted twice and a
+    sweep of other cases would mix tables, so both are refused; disjoint parts add up."""
+    fa = _false_alarms()
+
+    def part(seeds, cases=("M1-K96-N200-saturating",)):
+        return {"seeds": len(seeds), "cases": list(cases), "records": [{"seed": s} for s in seeds],
+                "catches": {"all_zero": {str(s): True for s in seeds}}, "first_case": {}, "seconds": 1.0,
+                "correct": ["plain"]}
+
+    merged = fa.merge([part([0, 1]), part([2])])
+    assert merged["seeds"] == 3 and len(merged["records"]) == 3 and set(merged["catches"]["all_zero"]) == {"0", "1", "2"}
+    with pytest.raises(ValueError, match="repeats seeds"):
+        fa.merge([part([0, 1]), part([1, 2])])
+    with pytest.raises(ValueError, match="other cases"):
+        fa.merge([part([0]), part([1], cases=("M2-K96-N200-unit",))])
