@@ -165,7 +165,8 @@ def _window_test(eb: np.ndarray, bb: np.ndarray, vbb: np.ndarray, bias: float, a
         beta = np.where(tested, s_eb / s_bb, 0.0)
         sigma = np.where(tested, np.sqrt(np.maximum(s_vbb, 0.0)) / s_bb, 0.0)
     allowed = c * sigma + window_bias
-    ratio = np.where(tested, np.abs(beta) / allowed, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):     # untested windows: 0 / 0, masked
+        ratio = np.where(tested, np.abs(beta) / allowed, 0.0)
     if not tested.any():
         return None
     i = int(np.argmax(ratio))
