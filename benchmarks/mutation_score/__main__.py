@@ -78,7 +78,7 @@ def markdown(result: MutationScore) -> str:
              f"({', '.join(result.cases)}); {result.seconds:.0f} s",
              "", "| killed by the contract | killed by the gate | equivalent | survived | score |", "|---|---|---|---|---|",
              f"| {c['contract']} | {c['gate']} | {c['equivalent']} | {c['survived']} | "
-             f"{100 * result.score:.1f}% |", "", "Survivors:", "", "| line | edit | difference |", "|---|---|---|"]
+             f"{100 * result.score:.2f}% |", "", "Survivors:", "", "| line | edit | difference |", "|---|---|---|"]
     lines += [f"| {m.line} | {m.edit} | p99 {m.ulp_from_baseline:.3g} BF16 ULP from the unmutated kernel |"
               for m in result.mutants if m.verdict == "survived"]
     return "\n".join(lines)
