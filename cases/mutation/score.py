@@ -175,22 +175,38 @@ def triage(edits: Sequence[Edit], judged: Judged, cases: Sequence[str], legitima
 def score_kernel(address: str, operator: Operator, cases: Sequence[CaseSpec], *, plan: MutationPlan | None = None,
                  limit: int | None = None, timeout: float = 60.0, fp64_or_better: bool = True,
                  batch: int = BATCH, progress: bool = True,
-                 legitimate_here: Mapping[str, str] | None = None) -> MutationScore:
+                 legitimate_here: Mapping[str, str] | None = None,
+                 survivors_at: Sequence[CaseSpec] = ()) -> MutationScore:
     """Mutate the function at ``address`` and judge each mutant by ``operator``'s gate at ``cases``
     (in the order given). ``legitimate_here``: edits that are legitimate in this kernel only (an
     edit and its reason), beside the operator's ``LEGITIMATE``: e.g. a product made a BF16 GEMM
     is PyTorch's own path where its operands are BF16 values already, and a loss of precision
-    where they are not."""
+    where they are not. ``survivors_at``: cases (large ones) at which the mutants that survived
+    ``cases`` are judged afterwards, with the unmutated kernel: the equivalent ones (bit-identical
+    or legitimate) are not run there, so a pass holds the outputs of a few kernels, not of every
+    mutant still alive (at M=220000 about 1.1 GB each)."""
     kernel = read_kernel(address)
     edits = mutants(kernel.function, plan or plan_for(operator, kernel.function, {**kernel.globals, **kernel.closure}))[:limit]
+    legitimate = {**LEGITIMATE.get(operator.name, {}), **(legitimate_here or {})}
     start = time.perf_counter()
     meter = Progress(len(edits) * len(cases), len(edits)) if progress else None
     judged = judge(address, {e.index: e.source for e in edits}, cases, timeout=timeout, batch=batch,
                    progress=meter)
     ids = [c.id for c in cases]
-    return MutationScore(address, operator.name, ids,
-                         triage(edits, judged, ids, {**LEGITIMATE.get(operator.name, {}), **(legitimate_here or {})},
-                                fp64_or_better),
+    verdicts = triage(edits, judged, ids, legitimate, fp64_or_better)
+    alive = {v.index for v in verdicts if v.verdict == "survived"}
+    if survivors_at and alive:
+        later = [e for e in edits if e.index in alive]
+        meter = Progress(len(later) * len(survivors_at), len(later)) if progress else None
+        more = judge(address, {e.index: e.source for e in later}, survivors_at, timeout=timeout, batch=batch,
+                     progress=meter)
+        for i, per_case in more.results.items():
+            judged.results.setdefault(i, {}).update(per_case)
+        judged.stopped.update(more.stopped)
+        judged.failed_cases.update(more.failed_cases)
+        ids += [c.id for c in survivors_at]
+        verdicts = triage(edits, judged, ids, legitimate, fp64_or_better)
+    return MutationScore(address, operator.name, ids, verdicts,
                          baseline_failures=_baseline_failures(judged),
                          baseline_fp64_ulp_max=_worst(judged.results.get(BASELINE, {})),
                          seconds=time.perf_counter() - start)

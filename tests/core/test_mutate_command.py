@@ -151,3 +151,32 @@ def test_an_edit_legitimate_in_one_kernel_is_equivalent_there_only():
     assert [v.verdict for v in plain] == ["survived", "gate"]
     assert [v.verdict for v in declared] == ["equivalent", "gate"]
     assert "BF16 operands" in declared[0].detail
+
+
+def test_survivors_alone_are_judged_again_at_the_later_cases(tmp_path):
+    """``survivors_at``: a mutant that no small case tells apart is judged again at a later case,
+    where it may die (the product's BF16 store made an FP16 one survives the unit case and
+    underflows at the tiny one, a x 2^-120); equivalent mutants stay equivalent."""
+    from cases.mutation.score import score_kernel
+    from cases.spec import CaseSpec
+
+    address = _kernel(tmp_path, """\
+        def kernel(*, a, b, s):
+            return _outputs((a.float() * b.float()).to(torch.bfloat16), s)
+        """)
+    unit, tiny = (CaseSpec(3, 8, scale, 0, operator=TOY) for scale in ("unit", "tiny"))
+    op = operators.get(TOY)
+
+    def verdicts(**kw):
+        result = score_kernel(address, op, [unit], fp64_or_better=False, progress=False, timeout=120, **kw)
+        return {m.edit: m for m in result.mutants}, result
+
+    before, _ = verdicts()
+    after, result = verdicts(survivors_at=[tiny])
+    half = ".to(bfloat16) -> .half()"
+    assert before[half].verdict == "survived"
+    assert after[half].verdict == "gate" and after[half].killed_at == tiny.id
+    assert result.cases == [unit.id, tiny.id]
+    for edit, m in before.items():
+        if m.verdict == "equivalent":
+            assert after[edit].verdict == "equivalent" and after[edit].killed_at is None
