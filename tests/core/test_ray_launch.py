@@ -13,7 +13,7 @@ pytestmark = pytest.mark.xdist_group("ray-cluster")     # one local cluster per 
 
 # four small cases, one per shard of 4 (cases/shards.py's hash); backends in-process (no child
 # process per backend: the shards' pytest start-up is what this costs)
-SELECT = ["-k", "M1-K512 or M2-K96 or M1-K96 or M1024-K96", "--benchmark", "none", "-p", "no:xdist", "--no-isolation",
+SELECT = ["-k", "M1-K512 or M2-K96 or M1-K96 or M1024-K96-N200-cancellation", "--benchmark", "none", "-p", "no:xdist", "--no-isolation",
           "--backend", "torch-eager", "--backend", "tests.reports.kernels:wrong_db_g"]
 
 
