@@ -116,8 +116,9 @@ def _above_fp16(gen, m, k, n):
 
 def _g_above_fp16(gen, m, k, n):
     """g of either sign at 2^16 (1 + |randn|): every element beyond FP16's largest value 65504, so
-    a kernel staging g through FP16 (in the sigmoid's argument, in g (1 - s)) gets +-inf and then
-    inf * 0 = NaN in dg. Every |g| is above 2^16, far past the point where sigmoid is exactly 0 or
+    a kernel staging g through FP16 in g (1 - s) gets +-inf there and then inf * 0 = NaN in dg
+    (staged in the sigmoid's argument alone it is harmless: sigmoid(+-inf) is the same 1 or 0).
+    Every |g| is above 2^16, far past the point where sigmoid is exactly 0 or
     1 in FP32 (|g| > ~104): no element's value depends on whether the platform flushes subnormals,
     and every accurate sigmoid form gives the same s, the reference's. dg is dy fc where g > 0 and
     0 where g < 0; dfc dy g or 0 (~1e5). The article's exp(g) / (1 + exp(g)) is NaN at every
