@@ -55,7 +55,8 @@ import torch
 from accuracy import allowance
 from accuracy.allowance import MIN_NORMAL, Allowance, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
-from accuracy.propagation import MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, spread_inputs
+from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, rescaled_half_spacing,
+                                  spread_inputs)
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
 from contract.operator import ChunkGolden, OutputDecl
 from goldens.blocks import blocks
@@ -92,7 +93,9 @@ class TensorOps:
     def __init__(self, plan):
         self.plan = plan
 
-    def store(self, name: str, x: torch.Tensor) -> torch.Tensor:
+    def store(self, name: str, x: torch.Tensor, rescaled: bool = False) -> torch.Tensor:
+        """x as the plan stores it at ``name`` (``rescaled``: a kernel may store x times a factor
+        it divides out later; the golden rounds x itself, the model allows the factor's binade)."""
         return round_to(x, self.plan.rounding(name))
 
     @staticmethod
@@ -107,8 +110,25 @@ class TensorOps:
     def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a @ b
 
+    @staticmethod
+    def max(x: torch.Tensor, dim: int) -> torch.Tensor:
+        return x.amax(dim, keepdim=True)
+
+    @staticmethod
+    def where(mask: torch.Tensor, x: torch.Tensor, fill: float) -> torch.Tensor:
+        return torch.where(mask, x, torch.as_tensor(fill, dtype=x.dtype))
+
+    @staticmethod
+    def value(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def loop(self, name: str) -> int | None:
+        """The plan's block for a row-local loop the math replays (None: one global pass)."""
+        plan = getattr(self, "plan", None)
+        return plan.loop(name) if hasattr(plan, "loop") else None
+
     exp, sigmoid, tanh, erf = (staticmethod(f) for f in (torch.exp, torch.sigmoid, torch.tanh, torch.erf))
-    rsqrt, sqrt = staticmethod(torch.rsqrt), staticmethod(torch.sqrt)
+    rsqrt, sqrt, log = staticmethod(torch.rsqrt), staticmethod(torch.sqrt), staticmethod(torch.log)
 
 
 class _ReverseOps(TensorOps):
@@ -119,8 +139,8 @@ class _ReverseOps(TensorOps):
         self.leaves: dict[str, torch.Tensor] = {}
         self.half: dict[str, torch.Tensor] = {}
 
-    def store(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        self.half[name] = half_spacing(x.detach())
+    def store(self, name: str, x: torch.Tensor, rescaled: bool = False) -> torch.Tensor:
+        self.half[name] = (rescaled_half_spacing if rescaled else half_spacing)(x.detach())
         self.leaves[name] = torch.zeros_like(x, requires_grad=True)
         return x + self.leaves[name]
 
@@ -160,7 +180,7 @@ class OwnTensorOps(TensorOps):
         super().__init__(plan)
         self.reused, self.kernel = reused, kernel
 
-    def store(self, name: str, x: torch.Tensor) -> torch.Tensor:
+    def store(self, name: str, x: torch.Tensor, rescaled: bool = False) -> torch.Tensor:
         if name in self.reused:
             return self.kernel[self.reused[name]].to(x.dtype)
         return x
@@ -174,10 +194,10 @@ class OwnSpreadOps(SpreadOps):
     def __init__(self, reused: Mapping[str, str]):
         self.reused = reused
 
-    def store(self, name: str, x):
+    def store(self, name: str, x, rescaled: bool = False):
         if name in self.reused:
             x = Spread(x.value if isinstance(x, Spread) else x.double())
-        return SpreadOps.store(name, x)
+        return SpreadOps.store(name, x, rescaled)
 
 
 @dataclass
@@ -360,11 +380,15 @@ class DerivedMath(_Frozen):
 
     def __init__(self, math: Callable, points: Mapping[str, str], outputs: tuple[OutputDecl, ...],
                  operand_points: Mapping[str, str] | None = None, reused: Mapping[str, str] | None = None,
-                 own: Mapping[str, tuple[str, ...]] | None = None):
+                 own: Mapping[str, tuple[str, ...]] | None = None, row_index: str | None = None):
         """``reused``: point -> the output whose stored value a kernel may read there (SwiGLU's
         dg_in is dg as stored); ``own``: output -> the upstream outputs it is recomputed from, with
-        the kernel's own values at their points (the own-upstream checks)."""
+        the kernel's own values at their points (the own-upstream checks); ``row_index``: the name
+        under which the math receives each row's index in M, [rows, 1] (a causal mask reads it)."""
+        if row_index is not None and own:
+            raise ValueError("own-upstream checks do not pass the row index: declare one or the other")
         self.math = math
+        self.row_index = row_index
         self.points = MappingProxyType(dict(points))
         self.reused = MappingProxyType(dict(reused or {}))
         self.own = MappingProxyType({o: tuple(up) for o, up in (own or {}).items()})
@@ -422,7 +446,10 @@ class _Golden(_Frozen):
         return DerivedTermSums(self.bias_floor)
 
     def chunk(self, rows, weights, plan, *, want_rows: bool, terms: DerivedTermSums | None = None,
-              raw=None, block: int = 1024) -> ChunkGolden:
+              raw=None, block: int = 1024, start: int = 0) -> ChunkGolden:
+        if self.derived.row_index is not None:
+            count = next(iter(rows.values())).shape[0]
+            weights = {**weights, self.derived.row_index: torch.arange(start, start + count).unsqueeze(1)}
         values, operands = self.derived.evaluate(TensorOps(plan), {**rows, **weights})
         out = {o: round_to(v, plan.rounding(o)) for o, v in values.items()} if want_rows else {}
         row_terms = None

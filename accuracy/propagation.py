@@ -270,9 +270,17 @@ def half_spacing(value: torch.Tensor) -> torch.Tensor:
     return torch.minimum(bf16_spacing(mag) / 2, mag)
 
 
-def store(name: str, a: Spread) -> Spread:
-    """Point ``name``: a may be stored in BF16 here (one rounding, half the spacing at |a|)."""
-    half = half_spacing(a.value)
+def rescaled_half_spacing(value: torch.Tensor) -> torch.Tensor:
+    """The largest error of one BF16 rounding of ``value`` times any positive factor, taken back:
+    2^-8 |value| wherever value lies in its binade (attention's P stored before its running max
+    is final: exp(s - m_j) = P exp(m - m_j) moves each value within its binade)."""
+    return torch.maximum(half_spacing(value), value.abs() * 2.0 ** -8)
+
+
+def store(name: str, a: Spread, rescaled: bool = False) -> Spread:
+    """Point ``name``: a may be stored in BF16 here (one rounding, half the spacing at |a|;
+    ``rescaled``: a times any positive factor may be, ``rescaled_half_spacing``)."""
+    half = rescaled_half_spacing(a.value) if rescaled else half_spacing(a.value)
     exact = dict(a.exact)
     if name in exact:
         raise ValueError(f"rounding point {name!r} is used twice in the math")
@@ -379,8 +387,8 @@ class SpreadOps:
     spread = True
 
     @staticmethod
-    def store(name: str, x: Spread) -> Spread:
-        return store(name, _spread(x))
+    def store(name: str, x: Spread, rescaled: bool = False) -> Spread:
+        return store(name, _spread(x), rescaled)
 
     @staticmethod
     def sum(x: Spread, dim: int) -> Spread:
@@ -431,6 +439,37 @@ class SpreadOps:
         r = torch.sqrt(x.value)
         low = (x.value - x.worst()).clamp(min=0)
         return elementwise(x, r, 0.5 / r, FUNCTION_ULPS, second=0.25 * low.pow(-1.5))
+
+    @staticmethod
+    def log(x: Spread) -> Spread:
+        v = torch.log(x.value)
+        low = (x.value - x.worst()).clamp(min=0)
+        return elementwise(x, v, 1 / x.value, FUNCTION_ULPS, second=low.pow(-2))
+
+    @staticmethod
+    def max(x: Spread, dim: int) -> Spread:
+        """A row's maximum, subtracted before exp for range only: softmax is invariant to the value
+        subtracted, so it is taken as exact (a kernel's max of its FP32 scores is one of them,
+        and exp(s - m) / sum exp(s - m) does not depend on which m)."""
+        return Spread(_value(x).amax(dim, keepdim=True))
+
+    @staticmethod
+    def where(mask: torch.Tensor, x, fill: float) -> Spread:
+        """x where ``mask``, else the constant ``fill`` (a masked score): no error there."""
+        x = _spread(x)
+        keep = mask.to(torch.float64)
+        value = torch.where(mask, x.value, torch.as_tensor(fill, dtype=torch.float64))
+        return Spread(value, {k: (c * keep, src) for k, (c, src) in x.exact.items()},
+                      {k: Mixed(m.sd * keep, m.worst * keep, m.independent) for k, m in x.mixed.items()})
+
+    @staticmethod
+    def value(x) -> torch.Tensor:
+        return _value(x)
+
+    @staticmethod
+    def loop(name: str) -> None:
+        """The model is the global pass: a block order's own roundings are FP32 math."""
+        return None
 
 
 def spread_inputs(inputs: Mapping[str, torch.Tensor]) -> dict[str, Spread]:

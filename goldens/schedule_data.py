@@ -20,10 +20,13 @@ BF16 = torch.bfloat16
 @dataclass(frozen=True)
 class Plan:
     """``math``: the dtype the math runs in; ``store``: point -> the dtype it is stored in (a point
-    not named stays in the math dtype); ``points``: every point the operator knows."""
+    not named stays in the math dtype); ``points``: every point the operator knows; ``loops``:
+    row-local loops the math replays block by block (attention's online softmax over key blocks:
+    ``{"key": 128}``); a loop not named is one global pass."""
     points: tuple[str, ...]
     math: torch.dtype = torch.float32
     store: Mapping[str, torch.dtype | None] = field(default_factory=dict)
+    loops: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
         unknown = set(self.store) - set(self.points)
@@ -35,6 +38,16 @@ class Plan:
 
     def with_store(self, **points: torch.dtype | None) -> "Plan":
         return replace(self, store={**self.store, **points})
+
+    def loop(self, name: str) -> int | None:
+        """The block size of a row-local loop the math replays, or None (one global pass)."""
+        return self.loops.get(name)
+
+    def with_loops(self, **loops: int) -> "Plan":
+        for name, size in loops.items():
+            if size < 1:
+                raise ValueError(f"loop {name!r}: the block must be >= 1, got {size}")
+        return replace(self, loops={**self.loops, **loops})
 
 
 @dataclass(frozen=True)
@@ -99,7 +112,9 @@ class Schedules:
         self._default, self._study = default, tuple(study)
 
     def faithful_schedule(self, plan: Plan) -> Schedule:
-        """The BF16-faithful golden of a dtype path: its roundings, one global sum in its math dtype."""
+        """The BF16-faithful golden of a dtype path: its roundings, one global sum in its math dtype
+        (its row-local loops too: blocks are the tiled golden's, as tiles over M are)."""
+        plan = replace(plan, loops={})
         differs = [p for p in self.points if plan.rounding(p) != self.BF16_FAITHFUL.rounding(p)]
         differs += [] if plan.math == self.BF16_FAITHFUL.math else [str(plan.math).replace("torch.", "")]
         name = "faithful" + (f"[{','.join(differs)}]" if differs else "")

@@ -231,7 +231,8 @@ class GoldenPass:
                     cast[plan.math] = {n: t.to(plan.math) for n, t in raw.items()}
                 reference = self.reference is not None and self.reference in users
                 result = op.golden.chunk(cast[plan.math], whole[plan.math], plan, want_rows=self.want_rows,
-                                         terms=self.terms if reference else None, raw=raw, block=REDUCTION_BLOCK)
+                                         terms=self.terms if reference else None, raw=raw, block=REDUCTION_BLOCK,
+                                         start=start)
                 if reference:
                     row_terms = result.row_terms
                 for name in users:

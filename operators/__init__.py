@@ -16,7 +16,9 @@ from contract.operator import Operator
 DEFAULT = "swiglu_backward"
 OPERATORS = {"swiglu_backward": "operators.swiglu_backward",
              "rmsnorm_backward": "operators.rmsnorm_backward",
-             "bias_gelu_backward": "operators.bias_gelu_backward"}
+             "bias_gelu_backward": "operators.bias_gelu_backward",
+             "attention": "operators.attention",
+             "attention_causal": "operators.attention.causal"}
 
 _loaded: dict[str, Operator] = {}
 _keys: dict[str, str] = {}       # Operator.name -> the name or path it was loaded by

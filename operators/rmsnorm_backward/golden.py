@@ -82,7 +82,7 @@ def _add_dw_terms(terms: ReductionTermSums, dy: torch.Tensor, xhat: torch.Tensor
 
 def chunk(rows: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor], plan, *, want_rows: bool,
           terms: ReductionTermSums | None = None, raw: Mapping[str, torch.Tensor] | None = None,
-          block: int = 1024) -> ChunkGolden:
+          block: int = 1024, start: int = 0) -> ChunkGolden:
     """``rows``: x, dy of this chunk in the plan's math dtype; ``weights``: w [1, N] in it."""
     r, xhat, g, c, dx, t = backward_rows(rows["x"], rows["dy"], weights["w"], plan, want_dx=want_rows)
     out = {"dx": dx} if want_rows else {}

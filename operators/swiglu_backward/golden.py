@@ -31,7 +31,7 @@ def term_sums(inputs: Mapping[str, torch.Tensor]) -> TermSums:
 
 def chunk(rows: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor], plan, *, want_rows: bool,
           terms: TermSums | None = None, raw: Mapping[str, torch.Tensor] | None = None,
-          block: int = 1024) -> ChunkGolden:
+          block: int = 1024, start: int = 0) -> ChunkGolden:
     """``rows``: this chunk's row inputs (x, dy, g, fc) in the plan's math dtype; ``weights``:
     w_g, w_fc in it; ``raw``: the chunk's BF16 row inputs (for ``terms``); ``block``: the
     canonical reduction block the term sums are accumulated in."""

@@ -41,7 +41,7 @@ def term_sums(inputs: Mapping[str, torch.Tensor]) -> ReductionTermSums:
     return ReductionTermSums()
 
 
-def chunk(rows, weights, plan, *, want_rows, terms=None, raw=None, block=1024) -> ChunkGolden:
+def chunk(rows, weights, plan, *, want_rows, terms=None, raw=None, block=1024, start=0) -> ChunkGolden:
     p = round_to(rows["a"] * rows["b"], plan.rounding("product"))
     out = {"y": round_to(p * weights["s"], plan.rounding("y"))} if want_rows else {}
     row_terms = None

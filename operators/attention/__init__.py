@@ -1,0 +1,81 @@
+"""Attention, forward and backward for one head (FlashAttention-style), non-causal: N keys for M queries.
+
+Inputs q [M, D], kt [D, N], vt [D, N] (keys and values held transposed), do [M, D]; outputs o and
+dq [M, D] (rows: their softmax over N stays inside the query's row) and dkt, dvt [D, N] (sums over
+the M query rows, cut by the backward kernel's query tile). The math and its rounding points are
+``operators.attention.math``; the golden, the allowances and the diagnosis bounds are derived from
+them (``accuracy.derived``). The causal operator (M = N, key j > query i masked) is
+``operators.attention.causal``. LSE is the forward's output a kernel hands its own backward:
+checked through dq, dkt, dvt, which read it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from accuracy.derived import DerivedMath
+from contract.operator import Operator, OutputDecl, TensorDecl
+from operators.attention import math, profiles
+
+BF16 = torch.bfloat16
+
+
+def outputs(keys: str) -> tuple[OutputDecl, ...]:
+    return (OutputDecl("o", ("M", "D")), OutputDecl("dq", ("M", "D")),
+            OutputDecl("dkt", ("D", keys), "contraction", "bwd"), OutputDecl("dvt", ("D", keys), "contraction", "bwd"))
+
+
+def inputs(keys: str) -> tuple[TensorDecl, ...]:
+    return (TensorDecl("q", ("M", "D")), TensorDecl("kt", ("D", keys)), TensorDecl("vt", ("D", keys)),
+            TensorDecl("do", ("M", "D")))
+
+
+def schedules(derived: DerivedMath):
+    """The reference schedules: FlashAttention-2's 128 x 128 blocks (P~, P and dS in BF16, delta
+    from the stored O, dK and dV summed over query tiles in FP32), the same with dK and dV's
+    query-tile partials added in BF16 (a split kernel that stores its partials), and PyTorch's
+    BF16 autograd of the math path (P and dS stored, global sums)."""
+    s = derived.schedules
+    stored = s.BF16_FAITHFUL.with_store(p=BF16, p_bwd=BF16, ds=BF16, o_in=BF16)
+    flash = s.schedule("flash-128x128", stored.with_loops(key=profiles.BLOCK), bwd=(profiles.BLOCK, torch.float32))
+    split_bf16 = s.schedule("flash-128x128-bf16-partials", stored.with_loops(key=profiles.BLOCK),
+                            bwd=(profiles.BLOCK, BF16))
+    torch_bf16 = s.schedule("torch-bf16", s.BF16_FAITHFUL.with_store(p=BF16, p_bwd=BF16, ds=BF16, o_in=BF16))
+    s.set_default(flash, study=(split_bf16, flash, torch_bf16))
+    return s, flash, split_bf16, torch_bf16
+
+
+OUTPUTS = outputs("N")
+DERIVED = DerivedMath(math.non_causal, math.POINTS, OUTPUTS, operand_points={"dkt": "ds", "dvt": "p_bwd"})
+SCHEDULES, FLASH, FLASH_BF16_PARTIALS, TORCH_BF16 = schedules(DERIVED)
+
+BACKENDS = ("torch-eager", "torch-flash-cpu", "torch-fp32", "flash-emulation")
+
+
+def backend_paths(module: str) -> dict[str, str]:
+    return {"torch-eager": f"{module}:torch_eager", "torch-compile": f"{module}:torch_compile",
+            "torch-flash-cpu": f"{module}:torch_flash_cpu", "torch-fp32": f"{module}:torch_fp32",
+            "flash-emulation": f"{module}:flash_emulation"}
+
+
+OPERATOR = Operator(
+    name="attention",
+    dims=("M", "N", "D"),
+    inputs=inputs("N"),
+    outputs=OUTPUTS,
+    sizes_from={"M": ("q", 0), "N": ("kt", 1), "D": ("q", 1)},
+    golden=DERIVED.golden,
+    gate=DERIVED.gate,
+    schedules=SCHEDULES,
+    scales=profiles.SCALES,
+    m_edges=profiles.M_EDGES,
+    shapes=profiles.SHAPES,
+    acceptance_case=profiles.ACCEPTANCE_CASE,
+    range_cases=profiles.RANGE_CASES,
+    title="Attention forward + backward (derived allowances)",
+    backends=backend_paths("operators.attention.backends"),
+    default_backends=BACKENDS,
+    expectations=Path(__file__).parent / "expectations",
+    study_shape=(129, 64),
+)

@@ -1,0 +1,60 @@
+"""Attention's backends (non-causal; ``causal_backends`` holds the same for the causal operator).
+Each takes q [M, D], kt, vt [D, N], do [M, D] in BF16 and returns o, dq [M, D] and dkt, dvt [D, N]
+in BF16, from one forward and its backward:
+
+* ``torch-eager``: PyTorch's BF16 autograd of ``F.scaled_dot_product_attention`` on its math path
+  (the dual verdict's benchmark); ``torch-compile``: the same compiled;
+* ``torch-flash-cpu``: the same on PyTorch's CPU flash-attention kernel (blocked, online softmax);
+* ``torch-fp32``: the math path in FP32 from the BF16 inputs, each output stored once;
+* ``flash-emulation``: FlashAttention-2's loops replayed in PyTorch (``operators.attention.flash``:
+  128 x 128 blocks, P~, P and dS in BF16, FP32 statistics and accumulators).
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from operators.attention import SCHEDULES, FLASH, TORCH_BF16, flash
+
+BF16 = torch.bfloat16
+
+
+def sdpa(q, kt, vt, do, *, causal: bool, dtype: torch.dtype, backend: SDPBackend, compiled: bool = False):
+    """Autograd of ``scaled_dot_product_attention`` over [1, 1, S, D] views of the inputs."""
+    leaves = [t.to(dtype).contiguous().detach().requires_grad_(True) for t in (q, kt.t(), vt.t())]
+
+    def forward(q4, k4, v4):
+        return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+
+    fn = torch.compile(forward, dynamic=False) if compiled else forward
+    with sdpa_kernel(backend):
+        o = fn(*(t.unsqueeze(0).unsqueeze(0) for t in leaves))
+        dq, dk, dv = torch.autograd.grad(o, leaves, grad_outputs=do.to(dtype).unsqueeze(0).unsqueeze(0))
+    return {"o": o[0, 0].to(BF16), "dq": dq.to(BF16), "dkt": dk.t().contiguous().to(BF16),
+            "dvt": dv.t().contiguous().to(BF16)}
+
+
+def make(causal: bool, schedules, flash_schedule, torch_schedule):
+    """The backends of the operator with or without the causal mask, each declaring its schedule."""
+    def torch_eager(*, q, kt, vt, do):
+        return sdpa(q, kt, vt, do, causal=causal, dtype=BF16, backend=SDPBackend.MATH)
+
+    def torch_compile(*, q, kt, vt, do):
+        return sdpa(q, kt, vt, do, causal=causal, dtype=BF16, backend=SDPBackend.MATH, compiled=True)
+
+    def torch_flash_cpu(*, q, kt, vt, do):
+        return sdpa(q, kt, vt, do, causal=causal, dtype=BF16, backend=SDPBackend.FLASH_ATTENTION)
+
+    def torch_fp32(*, q, kt, vt, do):
+        return sdpa(q, kt, vt, do, causal=causal, dtype=torch.float32, backend=SDPBackend.MATH)
+
+    def flash_emulation(*, q, kt, vt, do):
+        return flash.run(q, kt, vt, do, causal=causal)
+
+    torch_eager.schedule = torch_compile.schedule = torch_flash_cpu.schedule = torch_schedule
+    torch_fp32.schedule = schedules.FAITHFUL_GLOBAL
+    flash_emulation.schedule = flash_schedule
+    return torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation
+
+
+torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation = make(False, SCHEDULES, FLASH, TORCH_BF16)

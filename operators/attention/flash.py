@@ -1,0 +1,119 @@
+"""A FlashAttention-2-style kernel emulated in PyTorch: forward and backward for one head, block
+by block, as the kernel's loops run them.
+
+Forward: per key block of ``bc`` keys (the last one padded with zero keys and masked), the
+scores in FP32, a running max, P~ = exp(S - m_running) stored in BF16 before P~ V, the running
+sum and the O accumulator rescaled by exp(m_old - m_new) in FP32; O = acc / l stored in BF16,
+LSE = m + log l kept in FP32. Backward: per key block, P = exp(S - LSE) recomputed and stored in
+BF16 before dV's matmul, dP = dO V^T, delta = rowsum(dO * O) from the stored O, dS = P (dP - delta)
+stored in BF16, dQ accumulated over key blocks and dK, dV over query tiles of ``br`` rows, in FP32.
+Every query row is independent in the forward, so all rows run at once per key block; dK and dV
+add their query tiles' partials one tile at a time.
+
+``Flash`` holds the schedule and the switches the wrong kernels flip
+(``operators.attention.mutants``): a correct kernel is ``Flash()``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+BF16 = torch.bfloat16
+F32 = torch.float32
+
+
+@dataclass(frozen=True)
+class Flash:
+    br: int = 128                       # query rows per tile (dK, dV's partials)
+    bc: int = 128                       # keys per block (the online softmax)
+    rescale: bool = True                # rescale l and acc when the running max grows
+    sum_dtype: torch.dtype = F32        # the running sum's register
+    subtract_max: bool = True           # exp(S - m), not exp(S)
+    diagonal_extra_key: bool = False    # causal: the diagonal block's mask lets key i + 1 in
+    mask_padding: bool = True           # the last key block's zero padding masked
+    lse_with_max: bool = True           # LSE = m + log l, not log l
+    ds_with_delta: bool = True          # dS = P (dP - delta), not P dP
+    dv_normalized: bool = True          # dV from P, not from P~ = exp(S - m)
+    scale: float | None = None          # the softmax scale (None: 1 / sqrt(D))
+    dkdv_tiles: int | None = None       # dK, dV summed over this many query tiles (None: all)
+
+
+def _keep(rows: int, j0: int, bc: int, n: int, causal: bool, cfg: Flash) -> torch.Tensor:
+    """[rows, bc] True where key j0 + c is attended by query r (padding and the causal mask)."""
+    key = torch.arange(j0, j0 + bc).unsqueeze(0)
+    keep = key < n if cfg.mask_padding else torch.ones(1, bc, dtype=torch.bool)
+    if causal:
+        query = torch.arange(rows).unsqueeze(1)
+        limit = query
+        if cfg.diagonal_extra_key:    # in the block on the diagonal, key i + 1 let in as well
+            limit = torch.where(query // bc == j0 // bc, query + 1, query)
+        keep = keep & (key <= limit)
+    return keep.expand(rows, bc)
+
+
+def _padded(t: torch.Tensor, bc: int) -> torch.Tensor:
+    """[N, D] padded with zero rows to a whole number of key blocks."""
+    n = t.shape[0]
+    pad = -n % bc
+    return torch.cat([t, t.new_zeros(pad, t.shape[1])]) if pad else t
+
+
+def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch.Tensor]:
+    m_rows, d = q.shape
+    n = kt.shape[1]
+    scale = cfg.scale if cfg.scale is not None else 1 / math.sqrt(d)
+    qf, dof = q.float(), do.float()
+    k = _padded(kt.t().float(), cfg.bc)
+    v = _padded(vt.t().float(), cfg.bc)
+    blocks = range(0, k.shape[0], cfg.bc)
+
+    def scores(j0):
+        s = (qf @ k[j0:j0 + cfg.bc].t()) * scale
+        return torch.where(_keep(m_rows, j0, cfg.bc, n, causal, cfg), s, float("-inf"))
+
+    # forward
+    m = torch.full((m_rows, 1), float("-inf"))
+    l = torch.zeros((m_rows, 1), dtype=cfg.sum_dtype)
+    acc = torch.zeros((m_rows, d))
+    for j0 in blocks:
+        s = scores(j0)
+        if cfg.subtract_max:
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            alpha = torch.exp(m - m_new) if cfg.rescale else torch.ones_like(m)
+            alpha = torch.where(torch.isfinite(m_new), alpha, 1.0)
+            p = torch.exp(s - torch.where(torch.isfinite(m_new), m_new, 0.0))
+            m = m_new
+        else:
+            m = torch.zeros_like(m)
+            alpha, p = torch.ones_like(m), torch.exp(s)
+        l = (alpha * l.float() + p.sum(-1, keepdim=True)).to(cfg.sum_dtype)
+        acc = alpha * acc + p.to(BF16).float() @ v[j0:j0 + cfg.bc]
+    l = l.float()
+    o = (acc / l).to(BF16)
+    lse = (m + torch.log(l)) if cfg.lse_with_max else torch.log(l)
+
+    # backward
+    of = o.float()
+    delta = (dof * of).sum(-1, keepdim=True)
+    dq = torch.zeros((m_rows, d))
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    tiles = list(range(0, m_rows, cfg.br))[: cfg.dkdv_tiles]
+    for j0 in blocks:
+        s = scores(j0)
+        p = torch.exp(s - lse) if cfg.dv_normalized else torch.exp(s - m)
+        p_b = p.to(BF16).float()
+        dp = dof @ v[j0:j0 + cfg.bc].t()
+        ds = p * (dp - delta) if cfg.ds_with_delta else p * dp
+        if not cfg.dv_normalized:    # the bug is in dV alone: dS from the normalised P
+            p_n = torch.exp(s - lse)
+            ds = p_n * (dp - delta)
+        ds_b = ds.to(BF16).float()
+        dq += (ds_b @ k[j0:j0 + cfg.bc]) * scale
+        for i0 in tiles:
+            rows = slice(i0, i0 + cfg.br)
+            dk[j0:j0 + cfg.bc] += (ds_b[rows].t() @ qf[rows]) * scale
+            dv[j0:j0 + cfg.bc] += p_b[rows].t() @ dof[rows]
+    return {"o": o, "dq": dq.to(BF16), "dkt": dk[:n].t().contiguous().to(BF16),
+            "dvt": dv[:n].t().contiguous().to(BF16)}
