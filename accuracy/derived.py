@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from accuracy import allowance
-from accuracy.allowance import MIN_NORMAL, Allowance, tail_sigmas
+from accuracy.allowance import SUBNORMAL_STORE, Allowance, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, rescaled_half_spacing,
                                   spread_inputs)
@@ -508,7 +508,7 @@ class _Gate(_Frozen):
     def row_allowance(output: str, exact: torch.Tensor, rows: DerivedRowTerms, terms, sizes) -> Allowance:
         p = rows.outputs[output]
         sigmas = tail_sigmas(_numel(exact, sizes))
-        allow = p.allowance(sigmas) + _subnormal_floor(exact)
+        allow = p.allowance(sigmas) + 2 * _subnormal_floor(exact)    # the kernel's store and the reference's
         own = None if p.own is None else p.own.allowance(sigmas) + _subnormal_floor(exact)
         return Allowance(allow, own, p.independent_var, shared_total=float(p.shared_rows.sum()),
                          shared_rows=p.shared_rows, element_var=p.variance)
@@ -572,4 +572,4 @@ def _numel(exact: torch.Tensor, sizes) -> int:
 
 def _subnormal_floor(exact: torch.Tensor) -> torch.Tensor:
     """Half a subnormal spacing (2^-134): a rounding among the subnormals is not relative."""
-    return torch.full_like(exact, MIN_NORMAL * 2.0 ** -8, dtype=torch.float64)
+    return torch.full_like(exact, SUBNORMAL_STORE, dtype=torch.float64)

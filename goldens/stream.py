@@ -46,12 +46,17 @@ CHUNK_ELEMENTS = DEFAULT_CHUNK_ROWS * 4096
 
 
 def chunk_rows_for(operator: Operator, inputs: Mapping[str, torch.Tensor], chunk_rows: int | None = None) -> int:
-    """Rows per chunk: ``chunk_rows`` when given, else DEFAULT_CHUNK_ROWS, fewer for outputs
-    wider than CHUNK_ELEMENTS / DEFAULT_CHUNK_ROWS; always a whole number of reduction blocks
+    """Rows per chunk: ``chunk_rows`` when given, else DEFAULT_CHUNK_ROWS, fewer for outputs (or
+    inputs read whole) wider than CHUNK_ELEMENTS / DEFAULT_CHUNK_ROWS; always a whole number of reduction blocks
     (chunk edges are block edges), so the goldens' bits do not depend on it."""
     if chunk_rows is None:
-        shapes = operator.output_shapes(operator.sizes(inputs))
-        width = max([shapes[o][-1] for o in operator.row_outputs] + [1])
+        sizes = operator.sizes(inputs)
+        shapes = operator.output_shapes(sizes)
+        # a row's math may span a whole input's last dimension too: attention's scores of one
+        # query are N wide (kt [D, N]) beside an output row of D = 128; at N = 32768 a chunk of
+        # 256 rows holds 8M-element FP64 score tensors, not 64M
+        whole = [t.shape(sizes)[-1] for t in operator.inputs if t.name not in operator.row_inputs]
+        width = max([shapes[o][-1] for o in operator.row_outputs] + whole + [1])
         rows = min(DEFAULT_CHUNK_ROWS, CHUNK_ELEMENTS // width)
         return max(REDUCTION_BLOCK, rows // REDUCTION_BLOCK * REDUCTION_BLOCK)
     if chunk_rows < 1:

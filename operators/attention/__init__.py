@@ -41,16 +41,24 @@ def schedules(derived: DerivedMath):
     flash = s.schedule("flash-128x128", stored.with_loops(key=profiles.BLOCK), bwd=(profiles.BLOCK, torch.float32))
     split_bf16 = s.schedule("flash-128x128-bf16-partials", stored.with_loops(key=profiles.BLOCK),
                             bwd=(profiles.BLOCK, BF16))
-    torch_bf16 = s.schedule("torch-bf16", s.BF16_FAITHFUL.with_store(p=BF16, p_bwd=BF16, ds=BF16, o_in=BF16))
-    s.set_default(flash, study=(split_bf16, flash, torch_bf16))
-    return s, flash, split_bf16, torch_bf16
+    torch_bf16 = s.schedule("torch-bf16", stored)
+    # PyTorch's CPU flash kernel (aten FlashAttentionKernel): 512-key blocks, and its backward adds
+    # dK and dV's query-block partials in their BF16 outputs; at M = N = 2048 its errors equal a
+    # BF16 accumulation over 256-query blocks to 3 digits (rms 3.88e-3 and 3.92e-3 of rms(dK), rms(dV))
+    torch_flash_cpu = s.schedule("torch-flash-cpu", stored.with_loops(key=512), bwd=(256, BF16))
+    s.set_default(flash, study=(split_bf16, flash, torch_flash_cpu))
+    return s, flash, split_bf16, torch_bf16, torch_flash_cpu
 
 
 OUTPUTS = outputs("N")
 DERIVED = DerivedMath(math.non_causal, math.POINTS, OUTPUTS, operand_points={"dkt": "ds", "dvt": "p_bwd"})
-SCHEDULES, FLASH, FLASH_BF16_PARTIALS, TORCH_BF16 = schedules(DERIVED)
+SCHEDULES, FLASH, FLASH_BF16_PARTIALS, TORCH_BF16, TORCH_FLASH_CPU = schedules(DERIVED)
 
-BACKENDS = ("torch-eager", "torch-flash-cpu", "torch-fp32", "flash-emulation")
+BACKENDS = ("torch-eager", "torch-fp32", "flash-emulation")
+# PyTorch's CPU flash kernel adds dK, dV's partials in BF16 (``schedules``): outside the operator's
+# legitimate choices, it fails dK, dV at the acceptance case (a known failure) and a few elements
+# of them at some small cases and seeds; a run without --backend shows it at the acceptance case
+ACCEPTANCE_BACKENDS = ("torch-flash-cpu",)
 
 
 def backend_paths(module: str) -> dict[str, str]:
@@ -76,6 +84,7 @@ OPERATOR = Operator(
     title="Attention forward + backward (derived allowances)",
     backends=backend_paths("operators.attention.backends"),
     default_backends=BACKENDS,
+    acceptance_backends=ACCEPTANCE_BACKENDS,
     expectations=Path(__file__).parent / "expectations",
     study_shape=(129, 64),
 )

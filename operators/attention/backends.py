@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from operators.attention import SCHEDULES, FLASH, TORCH_BF16, flash
+from operators.attention import FLASH, SCHEDULES, TORCH_BF16, TORCH_FLASH_CPU, flash
 
 BF16 = torch.bfloat16
 
@@ -34,7 +34,7 @@ def sdpa(q, kt, vt, do, *, causal: bool, dtype: torch.dtype, backend: SDPBackend
             "dvt": dv.t().contiguous().to(BF16)}
 
 
-def make(causal: bool, schedules, flash_schedule, torch_schedule):
+def make(causal: bool, schedules, flash_schedule, torch_schedule, torch_flash_schedule):
     """The backends of the operator with or without the causal mask, each declaring its schedule."""
     def torch_eager(*, q, kt, vt, do):
         return sdpa(q, kt, vt, do, causal=causal, dtype=BF16, backend=SDPBackend.MATH)
@@ -51,10 +51,11 @@ def make(causal: bool, schedules, flash_schedule, torch_schedule):
     def flash_emulation(*, q, kt, vt, do):
         return flash.run(q, kt, vt, do, causal=causal)
 
-    torch_eager.schedule = torch_compile.schedule = torch_flash_cpu.schedule = torch_schedule
+    torch_eager.schedule = torch_compile.schedule = torch_schedule
+    torch_flash_cpu.schedule = torch_flash_schedule
     torch_fp32.schedule = schedules.FAITHFUL_GLOBAL
     flash_emulation.schedule = flash_schedule
     return torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation
 
 
-torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation = make(False, SCHEDULES, FLASH, TORCH_BF16)
+torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation = make(False, SCHEDULES, FLASH, TORCH_BF16, TORCH_FLASH_CPU)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from accuracy.derived import DerivedMath
 from contract.operator import Operator
-from operators.attention import BACKENDS, backend_paths, inputs, math, outputs, profiles, schedules
+from operators.attention import ACCEPTANCE_BACKENDS, BACKENDS, backend_paths, inputs, math, outputs, profiles, schedules
 
 OUTPUTS = outputs("M")
 DERIVED = DerivedMath(math.causal, math.POINTS, OUTPUTS, operand_points={"dkt": "ds", "dvt": "p_bwd"},
                       row_index="row")
-SCHEDULES, FLASH, FLASH_BF16_PARTIALS, TORCH_BF16 = schedules(DERIVED)
+SCHEDULES, FLASH, FLASH_BF16_PARTIALS, TORCH_BF16, TORCH_FLASH_CPU = schedules(DERIVED)
 
 OPERATOR = Operator(
     name="attention_causal",
@@ -31,6 +31,7 @@ OPERATOR = Operator(
     title="Causal attention forward + backward (derived allowances)",
     backends=backend_paths("operators.attention.causal_backends"),
     default_backends=BACKENDS,
+    acceptance_backends=ACCEPTANCE_BACKENDS,
     expectations=Path(__file__).parent / "expectations-causal",
     study_shape=(64,),
 )

@@ -15,7 +15,6 @@ add their query tiles' partials one tile at a time.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -36,8 +35,9 @@ class Flash:
     lse_with_max: bool = True           # LSE = m + log l, not log l
     ds_with_delta: bool = True          # dS = P (dP - delta), not P dP
     dv_normalized: bool = True          # dV from P, not from P~ = exp(S - m)
-    scale: float | None = None          # the softmax scale (None: 1 / sqrt(D))
+    scale_power: float = 0.5            # the softmax scale D^-scale_power
     dkdv_tiles: int | None = None       # dK, dV summed over this many query tiles (None: all)
+    dkdv_bf16: bool = False             # dK, dV's query-tile partials added in BF16
 
 
 def _keep(rows: int, j0: int, bc: int, n: int, causal: bool, cfg: Flash) -> torch.Tensor:
@@ -63,7 +63,7 @@ def _padded(t: torch.Tensor, bc: int) -> torch.Tensor:
 def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch.Tensor]:
     m_rows, d = q.shape
     n = kt.shape[1]
-    scale = cfg.scale if cfg.scale is not None else 1 / math.sqrt(d)
+    scale = d ** -cfg.scale_power
     qf, dof = q.float(), do.float()
     k = _padded(kt.t().float(), cfg.bc)
     v = _padded(vt.t().float(), cfg.bc)
@@ -115,5 +115,8 @@ def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch
             rows = slice(i0, i0 + cfg.br)
             dk[j0:j0 + cfg.bc] += (ds_b[rows].t() @ qf[rows]) * scale
             dv[j0:j0 + cfg.bc] += p_b[rows].t() @ dof[rows]
+            if cfg.dkdv_bf16:
+                dk[j0:j0 + cfg.bc] = dk[j0:j0 + cfg.bc].to(BF16).float()
+                dv[j0:j0 + cfg.bc] = dv[j0:j0 + cfg.bc].to(BF16).float()
     return {"o": o, "dq": dq.to(BF16), "dkt": dk[:n].t().contiguous().to(BF16),
             "dvt": dv[:n].t().contiguous().to(BF16)}

@@ -1,0 +1,60 @@
+"""Wrong attention kernels: the FlashAttention-2 emulation (``operators.attention.flash``) with one
+bug each, of the kinds flash kernels ship with. ``KILLS`` names, per wrong kernel, the output the
+gate must fail it on and the case that exposes it (the operator's: ``attention`` or
+``attention_causal``); ``tests/operators/test_attention.py`` runs them. None is registered
+among the operator's backends.
+"""
+from __future__ import annotations
+
+from operators.attention import flash
+from operators.attention.flash import BF16, Flash
+
+
+def _kernel(cfg: Flash, causal: bool, doc: str):
+    def kernel(*, q, kt, vt, do):
+        return flash.run(q, kt, vt, do, causal=causal, cfg=cfg)
+    kernel.__doc__ = doc
+    return kernel
+
+
+BUGS = {
+    "missing_rescale": (Flash(rescale=False),
+                        "l and the O accumulator not rescaled by exp(m_old - m_new) when a later key block "
+                        "raises the running max"),
+    "bf16_running_sum": (Flash(sum_dtype=BF16), "the running sum l kept in a BF16 register"),
+    "max_not_subtracted": (Flash(subtract_max=False),
+                           "exp(S) in place of exp(S - m): overflows FP32 where a score passes 88.7"),
+    "padding_not_masked": (Flash(mask_padding=False),
+                           "the last key block's zero padding not masked: each padded key adds exp(0 - m) to l"),
+    "lse_without_max": (Flash(lse_with_max=False), "LSE = log l, the running max left out"),
+    "ds_without_delta": (Flash(ds_with_delta=False), "dS = P dP: delta = rowsum(dO * O) never subtracted"),
+    "dv_unnormalized": (Flash(dv_normalized=False), "dV from P~ = exp(S - m), not from P = P~ / l"),
+    "scale_one_over_d": (Flash(scale_power=1.0), "the softmax scale 1 / D in place of 1 / sqrt(D)"),
+    "dkdv_one_query_tile": (Flash(dkdv_tiles=1), "dK and dV summed over the first 128-query tile only"),
+    "bf16_dkdv_partials_32": (Flash(br=32, dkdv_bf16=True),
+                              "dK and dV's 32-query partials added in their BF16 outputs (a split kernel)"),
+}
+CAUSAL_BUGS = {
+    "diagonal_off_by_one": (Flash(diagonal_extra_key=True),
+                            "the causal mask off by one in the diagonal block: query i also sees key i + 1"),
+}
+
+# wrong kernel -> (output it must fail, the case that exposes it: the operator's name and case sizes)
+KILLS = {
+    "missing_rescale": ("o", ("attention", "129,257,128,unit")),
+    "bf16_running_sum": ("o", ("attention", "129,257,128,near_uniform")),
+    "max_not_subtracted": ("o", ("attention", "129,129,64,large_logits")),
+    "padding_not_masked": ("o", ("attention", "128,129,64,unit")),
+    "lse_without_max": ("dq", ("attention", "129,129,64,unit")),
+    "ds_without_delta": ("dq", ("attention", "129,129,64,unit")),
+    "dv_unnormalized": ("dvt", ("attention", "129,129,64,unit")),
+    "scale_one_over_d": ("o", ("attention", "129,129,64,unit")),
+    "dkdv_one_query_tile": ("dkt", ("attention", "257,128,64,unit")),
+    "bf16_dkdv_partials_32": ("dkt", ("attention", "1025,128,64,unit")),
+    "diagonal_off_by_one": ("o", ("attention_causal", "129,64,unit")),
+}
+
+for _name, (_cfg, _doc) in BUGS.items():
+    globals()[_name] = _kernel(_cfg, False, _doc)
+for _name, (_cfg, _doc) in CAUSAL_BUGS.items():
+    globals()[_name] = _kernel(_cfg, True, _doc)

@@ -1,0 +1,74 @@
+"""Attention (``operators/attention``): forward and backward, non-causal and causal, as derived math.
+Its correct backends pass the quick matrix's small cases; each wrong kernel of its zoo fails at
+the output and case ``mutants.KILLS`` names, where the correct flash kernel passes; the tiled
+golden replays the online softmax (the flash emulation equals it to the bit on o)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import operators
+from cases.matrix import parse_case, quick_cases
+from cases.spec import CaseSpec, make_inputs
+from goldens.layers import bf16_faithful, fp64_ideal, tiled_emulation
+from kernels.registry import resolve
+from operators.attention import flash, mutants
+from tests.operators.matrix_run import in_process, verdicts
+
+NAMES = ("attention", "attention_causal")
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def quick(request):
+    op = operators.get(request.param)
+    cases = [c for c in quick_cases(op) if c.sizes[0] <= 257]
+    backends = [resolve(op, n) for n in op.default_backends]
+    return op, cases, verdicts(in_process(cases, backends))
+
+
+def test_correct_backends_pass_the_small_quick_cases(quick):
+    op, cases, cells = quick
+    assert len(cases) >= 8
+    for name in op.default_backends:
+        for spec in cases:
+            assert set(cells[(name, spec.id)].values()) == {"pass"}, (name, spec.id, cells[(name, spec.id)])
+
+
+@pytest.mark.parametrize("name", sorted(mutants.KILLS))
+def test_each_wrong_kernel_fails_its_named_output(name):
+    output, (op_name, case) = mutants.KILLS[name]
+    op = operators.get(op_name)
+    spec = parse_case(op, case)
+    wrong = resolve(op, f"operators.attention.mutants:{name}")
+    right = resolve(op, "flash-emulation")
+    cells = verdicts(in_process([spec], [wrong, right]))
+    assert cells[(wrong.name, spec.id)][output] == "fail", cells[(wrong.name, spec.id)]
+    assert set(cells[(right.name, spec.id)].values()) == {"pass"}, cells[(right.name, spec.id)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_tiled_golden_replays_the_online_softmax(name):
+    """Three key blocks: the flash plan's golden runs the running max and rescale chain (its o
+    differs from the global softmax's) and the emulated kernel's o equals it bit for bit."""
+    op = operators.get(name)
+    sizes = (129, 257, 64) if name == "attention" else (257, 64)
+    inputs = make_inputs(CaseSpec(*sizes, "large_logits", 0, operator=op))
+    schedule = op.schedules.default_schedule()
+    tiled = tiled_emulation(op, inputs, schedule)["o"].to(torch.bfloat16)
+    faithful = bf16_faithful(op, inputs, schedule.plan)["o"].to(torch.bfloat16)
+    kernel = flash.run(**inputs, causal=name.endswith("causal"))["o"]
+    assert torch.equal(kernel, tiled)
+    assert not torch.equal(tiled, faithful)
+
+
+def test_causal_rows_see_only_earlier_keys():
+    """The causal golden's o at query i depends on keys 0..i only: changing the last key's value
+    moves the last row of o and no other."""
+    op = operators.get("attention_causal")
+    inputs = make_inputs(CaseSpec(64, 64, "unit", 0, operator=op))
+    before = fp64_ideal(op, inputs)["o"]
+    changed = dict(inputs, vt=inputs["vt"].clone())
+    changed["vt"][:, -1] += 1
+    after = fp64_ideal(op, changed)["o"]
+    moved = (after != before).any(dim=1)
+    assert moved[-1] and not moved[:-1].any()
