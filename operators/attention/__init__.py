@@ -10,6 +10,7 @@ checked through dq, dkt, dvt, which read it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,30 +32,45 @@ def inputs(keys: str) -> tuple[TensorDecl, ...]:
             TensorDecl("do", ("M", "D")))
 
 
-def schedules(derived: DerivedMath):
+@dataclass(frozen=True)
+class ReferenceSchedules:
+    """An attention operator's declared schedules (each a ``goldens.schedule_data.Schedule``)."""
+    flash: object            # FlashAttention-2's 128 x 128 blocks
+    flash_bf16_partials: object
+    torch_bf16: object
+    torch_flash_cpu: object
+    triton_flash: object     # the Triton kernel's 64 x 64 blocks (``operators.attention.triton_flash``)
+
+
+def schedules(derived: DerivedMath) -> ReferenceSchedules:
     """The reference schedules: FlashAttention-2's 128 x 128 blocks (P~, P and dS in BF16, delta
-    from the stored O, dK and dV summed over query tiles in FP32), the same with dK and dV's
-    query-tile partials added in BF16 (a split kernel that stores its partials), and PyTorch's
-    BF16 autograd of the math path (P and dS stored, global sums)."""
+    from the stored O, dK and dV summed over query tiles in FP32; the default), the same with dK and
+    dV's query-tile partials added in BF16 (a split kernel that stores its partials), PyTorch's BF16
+    autograd of the math path (P and dS stored, global sums), PyTorch's CPU flash kernel and the
+    Triton kernel. Each golden's plan runs the online softmax over its key blocks (``Plan.loops``)."""
     s = derived.schedules
     stored = s.BF16_FAITHFUL.with_store(p=BF16, p_bwd=BF16, ds=BF16, o_in=BF16)
-    flash = s.schedule("flash-128x128", stored.with_loops(key=profiles.BLOCK), bwd=(profiles.BLOCK, torch.float32))
-    split_bf16 = s.schedule("flash-128x128-bf16-partials", stored.with_loops(key=profiles.BLOCK),
-                            bwd=(profiles.BLOCK, BF16))
-    torch_bf16 = s.schedule("torch-bf16", stored)
+
+    def blocks(name, queries, keys, accumulator):
+        return s.schedule(name, stored.with_loops(key=keys), bwd=(queries, accumulator))
+
+    flash = blocks("flash-128x128", profiles.BLOCK, profiles.BLOCK, torch.float32)
+    split_bf16 = blocks("flash-128x128-bf16-partials", profiles.BLOCK, profiles.BLOCK, BF16)
     # PyTorch's CPU flash kernel (aten FlashAttentionKernel): 512-key blocks, and its backward adds
     # dK and dV's query-block partials in their BF16 outputs; at M = N = 2048 its errors equal a
     # BF16 accumulation over 256-query blocks to 3 digits (rms 3.88e-3 and 3.92e-3 of rms(dK), rms(dV))
-    torch_flash_cpu = s.schedule("torch-flash-cpu", stored.with_loops(key=512), bwd=(256, BF16))
+    torch_flash_cpu = blocks("torch-flash-cpu", 256, 512, BF16)
+    triton_flash = blocks("triton-flash-64x64", 64, 64, torch.float32)
     s.set_default(flash, study=(split_bf16, flash, torch_flash_cpu))
-    return s, flash, split_bf16, torch_bf16, torch_flash_cpu
+    return ReferenceSchedules(flash, split_bf16, s.schedule("torch-bf16", stored), torch_flash_cpu, triton_flash)
 
 
 OUTPUTS = outputs("N")
 DERIVED = DerivedMath(math.non_causal, math.POINTS, OUTPUTS, operand_points={"dkt": "ds", "dvt": "p_bwd"})
-SCHEDULES, FLASH, FLASH_BF16_PARTIALS, TORCH_BF16, TORCH_FLASH_CPU = schedules(DERIVED)
+SCHEDULES = DERIVED.schedules
+REFERENCE = schedules(DERIVED)
 
-BACKENDS = ("torch-eager", "torch-fp32", "flash-emulation")
+BACKENDS = ("torch-eager", "torch-fp32", "flash-emulation", "triton-flash")
 # PyTorch's CPU flash kernel adds dK, dV's partials in BF16 (``schedules``): outside the operator's
 # legitimate choices, it fails dK, dV at the acceptance case (a known failure) and a few elements
 # of them at some small cases and seeds; a run without --backend shows it at the acceptance case
@@ -64,7 +80,7 @@ ACCEPTANCE_BACKENDS = ("torch-flash-cpu",)
 def backend_paths(module: str) -> dict[str, str]:
     return {"torch-eager": f"{module}:torch_eager", "torch-compile": f"{module}:torch_compile",
             "torch-flash-cpu": f"{module}:torch_flash_cpu", "torch-fp32": f"{module}:torch_fp32",
-            "flash-emulation": f"{module}:flash_emulation"}
+            "flash-emulation": f"{module}:flash_emulation", "triton-flash": f"{module}:triton_flash"}
 
 
 OPERATOR = Operator(

@@ -7,14 +7,17 @@ in BF16, from one forward and its backward:
 * ``torch-flash-cpu``: the same on PyTorch's CPU flash-attention kernel (blocked, online softmax);
 * ``torch-fp32``: the math path in FP32 from the BF16 inputs, each output stored once;
 * ``flash-emulation``: FlashAttention-2's loops replayed in PyTorch (``operators.attention.flash``:
-  128 x 128 blocks, P~, P and dS in BF16, FP32 statistics and accumulators).
+  128 x 128 blocks, P~, P and dS in BF16, FP32 statistics and accumulators);
+* ``triton-flash``: the same algorithm as a Triton kernel (``operators.attention.triton_flash``,
+  64 x 64 blocks): compiled on CUDA, triton's interpreter on the CPU with TRITON_INTERPRET=1
+  (without it a case records a skip saying so).
 """
 from __future__ import annotations
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from operators.attention import FLASH, SCHEDULES, TORCH_BF16, TORCH_FLASH_CPU, flash
+from operators.attention import REFERENCE, SCHEDULES, flash, triton_flash as _triton
 
 BF16 = torch.bfloat16
 
@@ -34,7 +37,7 @@ def sdpa(q, kt, vt, do, *, causal: bool, dtype: torch.dtype, backend: SDPBackend
             "dvt": dv.t().contiguous().to(BF16)}
 
 
-def make(causal: bool, schedules, flash_schedule, torch_schedule, torch_flash_schedule):
+def make(causal: bool, schedules, reference):
     """The backends of the operator with or without the causal mask, each declaring its schedule."""
     def torch_eager(*, q, kt, vt, do):
         return sdpa(q, kt, vt, do, causal=causal, dtype=BF16, backend=SDPBackend.MATH)
@@ -51,11 +54,16 @@ def make(causal: bool, schedules, flash_schedule, torch_schedule, torch_flash_sc
     def flash_emulation(*, q, kt, vt, do):
         return flash.run(q, kt, vt, do, causal=causal)
 
-    torch_eager.schedule = torch_compile.schedule = torch_schedule
-    torch_flash_cpu.schedule = torch_flash_schedule
+    def triton_flash(*, q, kt, vt, do):
+        return _triton.run(q, kt, vt, do, causal=causal)
+
+    torch_eager.schedule = torch_compile.schedule = reference.torch_bf16
+    torch_flash_cpu.schedule = reference.torch_flash_cpu
     torch_fp32.schedule = schedules.FAITHFUL_GLOBAL
-    flash_emulation.schedule = flash_schedule
-    return torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation
+    flash_emulation.schedule = reference.flash
+    triton_flash.schedule = reference.triton_flash
+    return torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation, triton_flash
 
 
-torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation = make(False, SCHEDULES, FLASH, TORCH_BF16, TORCH_FLASH_CPU)
+(torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation,
+ triton_flash) = make(False, SCHEDULES, REFERENCE)

@@ -20,10 +20,15 @@ NAMES = ("attention", "attention_causal")
 
 @pytest.fixture(scope="module", params=NAMES)
 def quick(request):
+    """Every default backend at the quick profile's cases up to M = 257, the Triton kernel in
+    triton's interpreter."""
+    pytest.importorskip("triton", reason="the triton-flash backend needs triton (pip install -e '.[triton]')")
     op = operators.get(request.param)
     cases = [c for c in quick_cases(op) if c.sizes[0] <= 257]
     backends = [resolve(op, n) for n in op.default_backends]
-    return op, cases, verdicts(in_process(cases, backends))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_INTERPRET", "1")
+        return op, cases, verdicts(in_process(cases, backends))
 
 
 def test_correct_backends_pass_the_small_quick_cases(quick):
@@ -72,3 +77,13 @@ def test_causal_rows_see_only_earlier_keys():
     after = fp64_ideal(op, changed)["o"]
     moved = (after != before).any(dim=1)
     assert moved[-1] and not moved[:-1].any()
+
+
+def test_the_triton_kernel_without_the_interpreter_on_cpu_is_a_skip_that_says_why(monkeypatch):
+    pytest.importorskip("triton", reason="the triton-flash backend needs triton (pip install -e '.[triton]')")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    op = operators.get("attention")
+    spec = parse_case(op, "2,3,64,unit")
+    records = in_process([spec], [resolve(op, "triton-flash")])
+    assert [r["status"] for r in records] == ["skipped"], records
+    assert "TRITON_INTERPRET=1" in records[0]["message"]
