@@ -22,11 +22,13 @@ the diagnosis layers (``diagnose=False``), which the verdict does not read;
 
     python benchmarks/false_alarms.py                       # 200 seeds, markdown table on stdout
     python benchmarks/false_alarms.py --seeds 20 --json out.json
+    python benchmarks/false_alarms.py --operator attention --seeds 100 --json a.json   # attention's
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -45,6 +47,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import operators                                                         # noqa: E402
 from accuracy.compare import REFERENCE, compare_case                     # noqa: E402
 from accuracy.gate import Verdict, gated_verdicts                        # noqa: E402
 from cases import expectations                                           # noqa: E402
@@ -66,20 +69,40 @@ SMALL_KN = (96, 200)
 MAX_M = 4097
 
 
-def small_cases() -> list[CaseSpec]:
-    """The quick profile's (96, 200) cases with M <= 4097, cheapest first."""
+# Attention's sweep: the quick profile's cases up to M = 1025 (the 2048-query cases take ~20 s each
+# with four backends here), its correct backends (the Triton kernel in triton's interpreter), its
+# wrong kernels (``operators.attention.mutants``)
+ATTENTION = ("attention", "attention_causal")
+ATTENTION_MAX_M = 1025
+
+
+def small_cases(operator: str = "swiglu_backward") -> list[CaseSpec]:
+    """SwiGLU: the quick profile's (96, 200) cases with M <= 4097; attention: its quick cases with
+    M <= 1025; cheapest first."""
+    if operator in ATTENTION:
+        op = operators.get(operator)
+        return sorted((c for c in quick_cases(op) if c.sizes[0] <= ATTENTION_MAX_M), key=lambda c: math.prod(c.sizes))
     return sorted((c for c in quick_cases(SWIGLU) if (c.k, c.n) == SMALL_KN and c.m <= MAX_M), key=lambda c: c.m)
 
 
-def correct_backends() -> list[Backend]:
+def correct_backends(operator: str = "swiglu_backward") -> list[Backend]:
     """The correct kernels above. ``tiled_fp32`` is left out: it is bit-identical to the tiled
-    emulation (tests/mutants/test_gate_power.py), so its verdicts are too."""
+    emulation (tests/mutants/test_gate_power.py), so its verdicts are too. Attention: its default
+    backends."""
+    if operator in ATTENTION:
+        op = operators.get(operator)
+        return [resolve(op, n) for n in op.default_backends]
     return ([resolve(SWIGLU, "torch-eager"), Backend("tiled_emulation_hardened", CORRECT["tiled_emulation_hardened"]),
              Backend("tiled_dx_products_bf16", CORRECT["tiled_dx_products_bf16"])]
             + [Backend(n, f) for n, f in plain.CORRECT.items()])
 
 
-def mutant_backends() -> list[Backend]:
+def mutant_backends(operator: str = "swiglu_backward") -> list[Backend]:
+    if operator in ATTENTION:
+        from operators.attention import mutants
+        op = operators.get(operator)
+        return [resolve(op, f"operators.attention.mutants:{n}") for n, (_, (of, _)) in mutants.KILLS.items()
+                if of == operator]
     return [Backend(n, f) for n, f in {**MUTANTS, **plain.WRONG, **plain.LOCALIZED_BUGS}.items()]
 
 
@@ -123,11 +146,13 @@ def scale_excess(metrics: Mapping) -> float | None:
 
 
 def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | None = None,
-          checkpoint=None) -> dict:
+          checkpoint=None, operator: str = "swiglu_backward") -> dict:
     """Runs the sweep; returns records of the correct backends, catches of the mutants, timings."""
-    cases = small_cases()
-    correct, mutants = correct_backends(), mutant_backends()
-    known = expectations.load(SWIGLU)
+    if operator in ATTENTION:
+        os.environ["TRITON_INTERPRET"] = "1"     # the triton-flash backend in triton's interpreter
+    cases = small_cases(operator)
+    correct, mutants = correct_backends(operator), mutant_backends(operator)
+    known = expectations.load(operators.get(operator))
     facts = platform_facts.measure("cpu")
     records, catches = [], {b.name: {} for b in mutants}
     first_case = {b.name: {} for b in mutants}
@@ -175,7 +200,7 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
             progress(seed, time.perf_counter() - start)
         res = {"seeds": done, "cases": [c.id.rsplit("-s", 1)[0] for c in cases], "records": records,
                "catches": catches, "first_case": first_case, "seconds": time.perf_counter() - start,
-               "correct": [b.name for b in correct]}
+               "correct": [b.name for b in correct], "operator": operator}
         if checkpoint:
             checkpoint(res)
     return res
@@ -269,6 +294,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, help="write the raw result (records, catches) here")
     parser.add_argument("--budget-s", type=float, default=None, help="stop starting new seeds after this many seconds")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
+    parser.add_argument("--operator", default="swiglu_backward", choices=("swiglu_backward", *ATTENTION),
+                        help="whose correct and wrong kernels (default: the SwiGLU backward's)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     deadline = time.perf_counter() + args.budget_s if args.budget_s else None
@@ -286,7 +313,8 @@ def main(argv=None) -> int:
             tmp.write_text(json.dumps(to_json(res), default=str))
             tmp.replace(args.json)
 
-    res = study(args.seeds, first_seed=args.first_seed, progress=progress, deadline=deadline, checkpoint=checkpoint)
+    res = study(args.seeds, first_seed=args.first_seed, progress=progress, deadline=deadline, checkpoint=checkpoint,
+                operator=args.operator)
     print(table(res))
     return 0
 

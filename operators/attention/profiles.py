@@ -45,10 +45,13 @@ def _unit(gen, m, n, d):
 
 
 def _large_logits(gen, m, n, d):
-    """q, k of standard deviation 5: scores of standard deviation 25, the largest of a 129 x 129
-    case near 100 (softmax saturates: one key takes nearly all of a row; past 88.7 exp(S)
-    overflows FP32, so a kernel that does not subtract the max fails here)."""
-    return _inputs(5 * _randn(gen, m, d), 5 * _randn(gen, n, d), _randn(gen, n, d), _randn(gen, m, d))
+    """q, k of standard deviation 5: scores of standard deviation 25 (softmax saturates: one key
+    takes nearly all of a row), and the last query aligned with key 0 (which every query sees,
+    causal or not) at a score of 100: past 88.7 exp(S) overflows FP32, so a kernel that does not
+    subtract the max fails at every size, not only where a random score happens to pass it."""
+    q, k = 5 * _randn(gen, m, d), 5 * _randn(gen, n, d)
+    q[-1] = k[0] * (100 * math.sqrt(d) / k[0].square().sum())
+    return _inputs(q, k, _randn(gen, n, d), _randn(gen, m, d))
 
 
 def _near_uniform(gen, m, n, d):
