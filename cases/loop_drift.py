@@ -146,7 +146,8 @@ def figure(study: dict, path: Path) -> None:
             c = colors.get(o, "tab:gray")
             ax.plot(blocks, [quantities["gate_loop"][n]["median"] for n in ns], "-o", color=c,
                     label=f"{o}: online softmax, gate ratio")
-            ax.plot(blocks, [max(quantities["drift_rms"][n]["median"], 1e-12) for n in ns], ":", color=c,
+            # one block has no drift (exactly 0): left off the log axis
+            ax.plot(blocks, [quantities["drift_rms"][n]["median"] or float("nan") for n in ns], ":", color=c,
                     label=f"{o}: online vs global, rms drift / rms")
             for name in study["kernels"]:
                 ax.plot(blocks, [quantities[f"gate_{name}"][n]["median"] for n in ns], "--x", color=c,
