@@ -15,8 +15,10 @@ Beside the correct loop, each ``KERNELS`` entry (a wrong flash kernel of ``opera
 zoo whose error grows with the blocks: the running sum l kept in BF16) is measured by the same
 gate ratio, so the figure shows where a real bug crosses the gate and the legitimate loop does not.
 
-``python -m cases.loop_drift -o DIR`` writes ``loop_drift.json`` (points, summary, crossing table),
-``loop_drift.md`` and ``loop-drift.png``.
+``python -m cases.loop_drift -o DIR`` writes ``loop_drift.json`` (points, summary, crossing table) and
+``loop_drift.md``; ``python -m reports drift DIR`` draws ``loop-drift.png`` from the JSON
+(``reports.plots.loop_drift``), and a run with ``--report-dir`` makes a small study of its own
+(``cases/test_drift_figure.py``) that its report shows.
 """
 from __future__ import annotations
 
@@ -57,10 +59,18 @@ def _rms(t: torch.Tensor) -> float:
     return float(t.double().square().mean().sqrt()) if t.numel() else 0.0
 
 
-def measure(profile: str, n: int, seed: int) -> dict:
+def applies(op) -> bool:
+    """Whether the study can run for ``op``: an operator with dimensions (M, N keys, D) whose
+    default schedule replays a row-local loop over key blocks (attention, not causal: its keys
+    are its M)."""
+    plan = op.schedules.default_schedule().plan
+    return tuple(op.dims) == ("M", "N", "D") and bool(getattr(plan, "loop", lambda _: None)(LOOP))
+
+
+def measure(profile: str, n: int, seed: int, operator: str = OPERATOR) -> dict:
     """One case's drift and gate ratios (one thread: the study runs cases in processes)."""
     start = time.perf_counter()
-    op = operators.get(OPERATOR)
+    op = operators.get(operator)
     spec = CaseSpec(QUERIES, n, HEAD_DIM, profile, seed, operator=op)
     inputs = make_inputs(spec)
     schedule = op.schedules.default_schedule()
@@ -131,41 +141,6 @@ def crossing_table(summary: dict, candidates: list[str]) -> list[dict]:
     return rows
 
 
-def figure(study: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    summary = study["summary"]
-    profiles = list(summary)
-    fig, axes = plt.subplots(1, len(profiles), figsize=(6.5 * len(profiles), 4.6), squeeze=False)
-    colors = {"o": "tab:blue", "dq": "tab:green"}
-    for ax, profile in zip(axes[0], profiles):
-        for o, quantities in summary[profile].items():
-            ns = sorted(quantities["drift_rms"], key=int)
-            blocks = [int(n) / study["block"] for n in ns]
-            c = colors.get(o, "tab:gray")
-            ax.plot(blocks, [quantities["gate_loop"][n]["median"] for n in ns], "-o", color=c,
-                    label=f"{o}: online softmax, gate ratio")
-            # one block has no drift (exactly 0): left off the log axis
-            ax.plot(blocks, [quantities["drift_rms"][n]["median"] or float("nan") for n in ns], ":", color=c,
-                    label=f"{o}: online vs global, rms drift / rms")
-            for name in study["kernels"]:
-                ax.plot(blocks, [quantities[f"gate_{name}"][n]["median"] for n in ns], "--x", color=c,
-                        label=f"{o}: {name}, gate ratio")
-        ax.axhline(1.0, color="black", lw=1)
-        ax.text(blocks[0], 1.1, "gate (ratio 1)", fontsize=8)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel(f"key blocks of {study['block']} (N = blocks x {study['block']})")
-        ax.set_ylabel("median over seeds")
-        ax.set_title(f"attention, M={study['queries']} D={study['head_dim']}, {profile}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def markdown(study: dict) -> str:
     lines = [f"# Online-softmax drift against key blocks ({study['operator']}, M={study['queries']}, "
              f"D={study['head_dim']}, blocks of {study['block']} keys, seeds {study['seeds']})", "",
@@ -193,9 +168,12 @@ def markdown(study: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(ns=NS, seeds=SEEDS, profiles=PROFILES, processes=0, progress=print) -> dict:
-    op = operators.get(OPERATOR)
-    tasks = [(p, n, s) for p in profiles for n in ns for s in range(seeds)]
+def run(ns=NS, seeds=SEEDS, profiles=PROFILES, processes=0, progress=print, operator: str = OPERATOR) -> dict:
+    op = operators.get(operator)
+    if not applies(op):
+        raise ValueError(f"operator {operator!r}: the loop drift study needs dimensions (M, N, D) and a default "
+                         f"schedule with a {LOOP!r} loop")
+    tasks = [(p, n, s, operator) for p in profiles for n in ns for s in range(seeds)]
     tasks.sort(key=lambda t: -t[1])
     processes = processes or os.cpu_count() or 1
     start = time.perf_counter()
@@ -216,7 +194,7 @@ def run(ns=NS, seeds=SEEDS, profiles=PROFILES, processes=0, progress=print) -> d
         if pool is not None:
             pool.shutdown()
     summary = summarize(points)
-    study = {"operator": OPERATOR, "loop": LOOP, "block": op.schedules.default_schedule().plan.loop(LOOP),
+    study = {"operator": operator, "loop": LOOP, "block": op.schedules.default_schedule().plan.loop(LOOP),
              "queries": QUERIES, "head_dim": HEAD_DIM, "seeds": seeds, "kernels": list(KERNELS),
              "wall_s": time.perf_counter() - start, "processes": processes,
              "platform": {"cpu": manifest.cpu(), "facts": platform_facts.measure(), "torch": torch.__version__},
@@ -225,9 +203,20 @@ def run(ns=NS, seeds=SEEDS, profiles=PROFILES, processes=0, progress=print) -> d
     return study
 
 
+def write(study: dict, folder) -> dict[str, Path]:
+    """``loop_drift.json`` and ``loop_drift.md`` in ``folder``; the figure is the report's
+    (``python -m reports drift FOLDER`` draws ``loop-drift.png``)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"json": folder / "loop_drift.json", "md": folder / "loop_drift.md"}
+    paths["json"].write_text(json.dumps(study, indent=1))
+    paths["md"].write_text(markdown(study))
+    return paths
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cases.loop_drift", description=__doc__.split("\n\n")[0])
-    parser.add_argument("-o", "--out", required=True, help="directory for loop_drift.json, loop_drift.md, loop-drift.png")
+    parser.add_argument("-o", "--out", required=True, help="directory for loop_drift.json and loop_drift.md")
     parser.add_argument("--ns", type=int, nargs="+", default=list(NS), metavar="N")
     parser.add_argument("--seeds", type=int, default=SEEDS)
     parser.add_argument("--profiles", nargs="+", default=list(PROFILES))
@@ -242,11 +231,8 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     study = run(tuple(args.ns), args.seeds, tuple(args.profiles), args.processes)
-    out = Path(out)
-    (out / "loop_drift.json").write_text(json.dumps(study, indent=1))
-    (out / "loop_drift.md").write_text(markdown(study))
-    figure(study, out / "loop-drift.png")
-    print(f"wrote {out}/loop_drift.json, loop_drift.md, loop-drift.png")
+    paths = write(study, out)
+    print(f"wrote {paths['json']}, {paths['md']}; its figure: python -m reports drift {out}")
     return 0
 
 

@@ -26,6 +26,7 @@ from accuracy.dual import DEFAULT_BENCHMARK
 from cases.devices import describe as describe_devices
 from cases.devices import worker_device
 from cases.evaluate import ScheduleError, declared_schedule
+from cases.loop_drift import applies as loop_drift_applies
 from cases.matrix import LARGE_M, CaseSyntaxError, acceptance_case
 from cases import progress
 from cases.scheduling import CaseScheduling, add_group_suffixes, cell_param
@@ -429,7 +430,7 @@ def _addressed_to(config, operator, option: str) -> tuple[str, ...]:
 def pytest_pycollect_makeitem(collector, name, obj):
     """The drift study (``cases/test_drift_figure.py``) is made for a report: a run without
     --report-dir, or with --drift-seeds 0, does not collect it."""
-    if name == "test_drift_study" and collector.name == "test_drift_figure.py":
+    if name in ("test_drift_study", "test_loop_drift_study") and collector.name == "test_drift_figure.py":
         config = collector.config
         if not config.getoption("--report-dir", default=None) or not config.getoption("--drift-seeds", default=0):
             return []
@@ -441,6 +442,10 @@ def pytest_generate_tests(metafunc):
         keys = [operators.key(op) for op in run_operators(metafunc.config) if op.reduction_outputs]
         metafunc.parametrize("study_operator", [pytest.param(k, id=k, marks=pytest.mark.xdist_group(f"drift-{k}"))
                                                 for k in keys])
+    if "loop_operator" in metafunc.fixturenames:
+        keys = [operators.key(op) for op in run_operators(metafunc.config) if loop_drift_applies(op)]
+        metafunc.parametrize("loop_operator", [pytest.param(k, id=k, marks=pytest.mark.xdist_group(f"loop-drift-{k}"))
+                                               for k in keys])
     if "cell" not in metafunc.fixturenames:
         return
     config = metafunc.config

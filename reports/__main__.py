@@ -3,17 +3,19 @@
 ``python -m reports csv RESULTS -o FILE``: the dual-benchmark metrics as msprobe's detail CSV
 (``reports.msprobe_csv``).
 
-``python -m reports drift DIR``: the figures of a tile-vs-global drift study (``python -m cases.drift_study -o DIR``)."""
+``python -m reports drift DIR``: the figures of a tile-vs-global drift study (``python -m cases.drift_study -o DIR``)
+and of a row-local loop's (``python -m cases.loop_drift -o DIR``)."""
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import operators
 from runs.output_paths import OutputPathError, output_file, output_folder
 from runs.results import ResultsNotFound, load_records, load_results, resolve_results
-from reports.drift_study_figures import StudyUnreadable, draw, load_study
+from reports.drift_study_figures import StudyUnreadable, draw, draw_loop, load_loop_study, load_study
 from reports.msprobe_csv import write
 from reports.page import render
 
@@ -42,12 +44,16 @@ def csv_main(argv) -> int:
 def drift_main(argv) -> int:
     parser = argparse.ArgumentParser(prog="python -m reports drift",
                                      description="draw a drift study's figures (one PNG per reduction family) "
-                                                 "next to its drift.json (made by python -m cases.drift_study)")
+                                                 "next to its drift.json (made by python -m cases.drift_study), "
+                                                 "and loop-drift.png next to a loop_drift.json (python -m "
+                                                 "cases.loop_drift)")
     parser.add_argument("study", help="the study's directory (drift.json inside)")
     args = parser.parse_args(argv)
     try:
-        study = load_study(args.study)
-        paths = draw(study, args.study)
+        loop = load_loop_study(args.study)
+        paths = {"loop drift": draw_loop(loop, args.study)} if loop is not None else {}
+        if loop is None or (Path(args.study) / "drift.json").is_file():
+            paths.update(draw(load_study(args.study), args.study))
     except (StudyUnreadable, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -35,6 +35,30 @@ def figure_names(study: dict) -> dict[str, str]:
     return {fam: f"drift-{fam}.png" for fam in study["axes"]["families"]}
 
 
+LOOP_STUDY = "loop_drift.json"
+LOOP_FIGURE = "loop-drift.png"
+
+
+def load_loop_study(folder) -> dict | None:
+    """A row-local loop's drift study (``cases.loop_drift``) in ``folder``, or None."""
+    path = Path(folder) / LOOP_STUDY
+    if not path.is_file():
+        return None
+    try:
+        study = json.loads(path.read_text())
+    except ValueError as exc:
+        raise StudyUnreadable(f"{path}: not JSON ({exc})") from None
+    if "summary" not in study or "table" not in study:
+        raise StudyUnreadable(f"{path}: a loop drift study without its summary and table")
+    return study
+
+
+def draw_loop(study: dict, out) -> Path:
+    path = Path(out) / LOOP_FIGURE
+    plots.loop_drift(study, path)
+    return path
+
+
 def draw(study: dict, out) -> dict[str, Path]:
     """Every family's figure in ``out``; returns their paths."""
     out = Path(out)

@@ -403,3 +403,40 @@ def drift_study(study: dict, family: str, path: Path) -> None:
                             wspace=0.22)
         fig.savefig(path, dpi=STUDY_DPI, format="png")
         plt.close(fig)
+
+
+# --------------------------------------------------------------------------- loop drift study
+
+def loop_drift(study: dict, path: Path) -> None:
+    """A row-local loop's drift study (``cases.loop_drift``, from its JSON): per scale profile, the
+    element-wise gate ratio of the block-by-block outputs and of each wrong kernel, and the rms
+    drift of the online pass from the global one, against the number of key blocks."""
+    summary = study["summary"]
+    profiles = list(summary)
+    fig, axes = plt.subplots(1, len(profiles), figsize=(6.5 * len(profiles), 4.6), squeeze=False)
+    colors = {"o": "tab:blue", "dq": "tab:green"}
+    for ax, profile in zip(axes[0], profiles):
+        for o, quantities in summary[profile].items():
+            ns = sorted(quantities["drift_rms"], key=int)
+            blocks = [int(n) / study["block"] for n in ns]
+            c = colors.get(o, "tab:gray")
+            ax.plot(blocks, [quantities["gate_loop"][n]["median"] for n in ns], "-o", color=c,
+                    label=f"{o}: online softmax, gate ratio")
+            # one block has no drift (exactly 0): left off the log axis
+            ax.plot(blocks, [quantities["drift_rms"][n]["median"] or float("nan") for n in ns], ":", color=c,
+                    label=f"{o}: online vs global, rms drift / rms")
+            for name in study["kernels"]:
+                ax.plot(blocks, [quantities[f"gate_{name}"][n]["median"] for n in ns], "--x", color=c,
+                        label=f"{o}: {name}, gate ratio")
+        ax.axhline(1.0, color="black", lw=1)
+        ax.text(blocks[0], 1.1, "gate (ratio 1)", fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(f"key blocks of {study['block']} (N = blocks x {study['block']})")
+        ax.set_ylabel("median over seeds")
+        ax.set_title(f"attention, M={study['queries']} D={study['head_dim']}, {profile}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="center left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=STUDY_DPI, format="png")
+    plt.close(fig)

@@ -8,6 +8,7 @@ from reports.panels import (
     drift_study,
     drift_vs_m,
     dual,
+    loop_drift,
     matrix,
     notes,
     platform,
@@ -24,6 +25,7 @@ PANELS = (
     vacuity.PANEL,
     attribution.PANEL,
     drift_study.PANEL,      # opens the drift section
+    loop_drift.PANEL,
     drift_vs_m.PANEL,
     tile_heatmap.PANEL,
     dual.PANEL,

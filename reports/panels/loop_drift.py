@@ -1,0 +1,38 @@
+"""A row-local loop's drift against its number of blocks (attention's online softmax over key
+blocks, ``cases.loop_drift``), when the run made one for the page's operator (``--report-dir``
+with ``--drift-seeds``: ``RUN/drift/<operator>/loop_drift.json``) or the report's ``drift/`` holds one."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import operators
+from reports.drift_study_figures import load_loop_study
+from reports.panels import Context, Panel, PlotJob
+from runs.results import DRIFT_STUDIES
+
+
+def _folders(context: Context) -> list[Path]:
+    folders = [context.out / "drift"]
+    results_file = context.results.get("source")
+    if results_file:
+        folders.append(Path(results_file).parent / DRIFT_STUDIES / operators.key(context.op))
+    return folders
+
+
+def loop_drift(context: Context) -> dict | None:
+    for folder in _folders(context):
+        study = load_loop_study(folder)
+        if study is not None and study["operator"] == operators.key(context.op):
+            return {"study": study, "src": context.image("loop-drift"), "table": study["table"],
+                    "source": str(folder), "block": study["block"], "seeds": study["seeds"],
+                    "queries": study["queries"], "head_dim": study["head_dim"], "wall_s": study.get("wall_s")}
+    return None
+
+
+def plots(context: Context, data: dict | None) -> list[PlotJob]:
+    if data is None:
+        return []
+    return [("loop_drift", (data["study"],), context.out / data["src"])]
+
+
+PANEL = Panel("loop_drift", loop_drift, plots)
