@@ -93,6 +93,50 @@ DIRECTION_BIAS = 0.25
 SCALE_BIAS = 1e-4
 
 
+@dataclass
+class DirectionCounts:
+    """The rounding-direction test's counts over some elements: errors of 1/4 to 1 ULP of the
+    FP64 value (``counted``), those toward zero and those upward."""
+    counted: int = 0
+    toward: int = 0
+    up: int = 0
+
+    def add(self, other: "DirectionCounts") -> None:
+        self.counted += other.counted
+        self.toward += other.toward
+        self.up += other.up
+
+    @property
+    def toward_imbalance(self) -> int:
+        return 2 * self.toward - self.counted
+
+    @property
+    def up_imbalance(self) -> int:
+        return 2 * self.up - self.counted
+
+    @property
+    def allowed(self) -> float:
+        """One share allowance for both tests: at most 75% one-sided (DIRECTION_BIAS) beyond 7.5 sigma."""
+        return direction_allowed(self.counted)
+
+    def one_sided(self) -> bool:
+        return max(abs(self.toward_imbalance), abs(self.up_imbalance)) > self.allowed
+
+
+def direction_allowed(counted: int) -> float:
+    return 2 * DIRECTION_BIAS * counted + TAIL_SIGMAS * math.sqrt(counted)
+
+
+def direction_counts(error: torch.Tensor, exact: torch.Tensor, spacing: torch.Tensor) -> DirectionCounts:
+    """The counts of ``error`` (value - FP64 value ``exact``) with ``spacing`` the BF16 spacing at exact."""
+    ulps = error / spacing
+    size = ulps.abs()
+    counted = (size >= SIGN_MIN_ULP) & (size <= SIGN_MAX_ULP)
+    # toward zero: the error's sign is opposite to the value's
+    return DirectionCounts(int(torch.count_nonzero(counted)), int(torch.count_nonzero(counted & (ulps * exact < 0))),
+                           int(torch.count_nonzero(counted & (error > 0))))
+
+
 def tail_sigmas(elements: int) -> float:
     """The element-wise checks' tail constant for an output of ``elements`` elements (see above)."""
     return math.sqrt(2 * math.log(2 * max(elements, 1) * ELEMENTWISE_CHECKS / FALSE_ALARM_PER_CASE))

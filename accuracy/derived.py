@@ -53,8 +53,9 @@ import numpy as np
 import torch
 
 from accuracy import allowance
-from accuracy.allowance import SUBNORMAL_STORE, Allowance, tail_sigmas
+from accuracy.allowance import SUBNORMAL_STORE, Allowance, direction_counts, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
+from accuracy.ulp import bf16_spacing
 from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, rescaled_half_spacing,
                                   spread_inputs)
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
@@ -227,6 +228,9 @@ class DerivedRowTerms:
     name the comparison passes to ``bound``) per output the worst case by point."""
     outputs: dict
     abs: dict = field(default_factory=dict)
+    # row outputs a legitimate path rounds one-sidedly on these rows (beyond the direction test's
+    # allowance): attention's o at near-uniform scores, where every P~ in (1 - 2^-9, 1) rounds up to 1
+    one_sided: frozenset = frozenset()
 
 
 class DerivedTermSums(ReductionTermSums):
@@ -469,25 +473,34 @@ class _Golden(_Frozen):
             for o, (lhs, rhs) in spread_operands.items():
                 terms.add_operand(o, None if lhs is None else (lhs.value if isinstance(lhs, Spread) else lhs),
                                   rhs if isinstance(rhs, Spread) else Spread(rhs.double()), block)
-            self._add_path_bias(terms, {**rows, **weights}, values, operands)
+            one_sided = self._add_path_bias(terms, {**rows, **weights}, values, operands)
+            if row_terms is not None:
+                row_terms.one_sided = frozenset(one_sided)
         return ChunkGolden(out, {o: (lhs, rhs) for o, (lhs, rhs) in operands.items()}, row_terms)
 
 
-    def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands) -> None:
+    def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands) -> set[str]:
         """Round to nearest is biased on some data (an exact product of two BF16 values rounds
         toward zero more often than away): each legitimate path (``DerivedMath.bias_paths``) run
         in FP32 as a kernel runs it, its stored outputs' and its operands' errors against the
-        exact values kept for the fitted scale."""
+        exact values kept for the fitted scale. Returns the row outputs some path rounds
+        one-sidedly here, by the direction test's own counts and allowance: on these rows that
+        test cannot tell a biased store from a legitimate path, and the fitted scale (which
+        allows the paths' bias) judges the direction alone."""
         f32 = {k: v.float() for k, v in inputs64.items()}
+        one_sided: set[str] = set()
         for path, plan in self.derived.bias_paths().items():
             values, operands = self.derived.evaluate(TensorOps(plan), f32)
             for o, v in values.items():
-                exact = exact_rows[o]
-                err = torch.nan_to_num(round_to(v, torch.bfloat16).double() - exact, 0.0, 0.0, 0.0)
-                terms.add_path_rows(o, path, err, torch.where(torch.isfinite(exact), exact, 0.0))
+                exact = torch.where(torch.isfinite(exact_rows[o]), exact_rows[o], 0.0)
+                err = torch.nan_to_num(round_to(v, torch.bfloat16).double() - exact_rows[o], 0.0, 0.0, 0.0)
+                terms.add_path_rows(o, path, err, exact)
+                if direction_counts(err, exact, bf16_spacing(exact)).one_sided():
+                    one_sided.add(o)
             for o, (lhs, rhs) in operands.items():
                 err = torch.nan_to_num(rhs.double() - exact_operands[o][1].double(), 0.0, 0.0, 0.0)
                 terms.add_path_operand(o, path, None if lhs is None else exact_operands[o][0].double(), err)
+        return one_sided
 
 
 class _Gate(_Frozen):
@@ -511,7 +524,8 @@ class _Gate(_Frozen):
         allow = p.allowance(sigmas) + 2 * _subnormal_floor(exact)    # the kernel's store and the reference's
         own = None if p.own is None else p.own.allowance(sigmas) + _subnormal_floor(exact)
         return Allowance(allow, own, p.independent_var, shared_total=float(p.shared_rows.sum()),
-                         shared_rows=p.shared_rows, element_var=p.variance)
+                         shared_rows=p.shared_rows, element_var=p.variance,
+                         direction=output not in getattr(rows, "one_sided", ()))
 
     def bound(self, output: str, exact: torch.Tensor, abs_terms, sched, sizes) -> torch.Tensor:
         plan = sched.plan

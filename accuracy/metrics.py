@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from accuracy import compiled_pass
-from accuracy.allowance import DIRECTION_BIAS, SCALE_BIAS, SIGN_MAX_ULP, SIGN_MIN_ULP, TAIL_SIGMAS
+from accuracy.allowance import (SCALE_BIAS, SIGN_MAX_ULP, SIGN_MIN_ULP, TAIL_SIGMAS, direction_allowed,
+                                direction_counts)
 from accuracy.dual import REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL
 from accuracy.localized import LocalSums
 from accuracy.tolerances import Tolerance
@@ -709,24 +710,19 @@ class ErrorStats:
         self.aggregate_seen = True
         e = a.double() - exact
         spacing = bf16_spacing(exact)
-        ulps = e / spacing                            # signed error in ULPs of the FP64 value
         self.sum_eb += float(torch.dot(e, exact))
         self.sum_bb += float(torch.dot(exact, exact))
-        store = spacing.mul_(exact)                   # the store's variance ULP^2/12, times r^2
+        store = spacing * exact                       # the store's variance ULP^2/12, times r^2
         self.sum_vbb += float(torch.dot(store, store)) / 12
         if noise_var is not None:
             self.sum_vbb += float(torch.dot(noise_var, exact * exact))
         if not direction:
             self.direction_seen = False
             return
-        size = ulps.abs()
-        counted = (size >= SIGN_MIN_ULP) & (size <= SIGN_MAX_ULP)
-        n_counted = int(torch.count_nonzero(counted))
-        self.n_up += int(torch.count_nonzero(counted & (e > 0)))
-        # toward zero: the error's sign is opposite to the value's
-        n_toward = int(torch.count_nonzero(counted & (ulps.mul_(exact) < 0)))
-        self.n_toward += n_toward
-        self.n_away += n_counted - n_toward
+        counts = direction_counts(e, exact, spacing)
+        self.n_up += counts.up
+        self.n_toward += counts.toward
+        self.n_away += counts.counted - counts.toward
 
     def _split_nonfinite(self, a, b, b64, row_offset: int, width: int):
         """The rare path: count NaN/Inf (dis)agreements, note the first disagreeing element, keep
@@ -842,7 +838,7 @@ class ErrorStats:
             # down and about even toward and away from zero on values of both signs
             result.update(toward_zero=self.n_toward, away_from_zero=self.n_away,
                           direction_imbalance=self.n_toward - self.n_away if self.toward_zero_seen else None,
-                          direction_allowed=2 * DIRECTION_BIAS * counted + TAIL_SIGMAS * math.sqrt(counted),
+                          direction_allowed=direction_allowed(counted),
                           upward=self.n_up, downward=counted - self.n_up, up_imbalance=2 * self.n_up - counted)
         result["localized"] = (self.local.result(bias, atol, self.local_bias) if self.local is not None
                                else None)

@@ -38,6 +38,7 @@ class Flash:
     scale_power: float = 0.5            # the softmax scale D^-scale_power
     dkdv_tiles: int | None = None       # dK, dV summed over this many query tiles (None: all)
     dkdv_bf16: bool = False             # dK, dV's query-tile partials added in BF16
+    o_truncated: bool = False           # O's BF16 store rounds toward zero
 
 
 def _keep(rows: int, j0: int, bc: int, n: int, causal: bool, cfg: Flash) -> torch.Tensor:
@@ -51,6 +52,11 @@ def _keep(rows: int, j0: int, bc: int, n: int, causal: bool, cfg: Flash) -> torc
             limit = torch.where(query // bc == j0 // bc, query + 1, query)
         keep = keep & (key <= limit)
     return keep.expand(rows, bc)
+
+
+def _truncate(x: torch.Tensor) -> torch.Tensor:
+    """x rounded toward zero to BF16 (its low 16 bits dropped)."""
+    return (x.contiguous().view(torch.int32) & -65536).view(torch.float32).to(BF16)
 
 
 def _padded(t: torch.Tensor, bc: int) -> torch.Tensor:
@@ -91,7 +97,7 @@ def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch
         l = (alpha * l.float() + p.sum(-1, keepdim=True)).to(cfg.sum_dtype)
         acc = alpha * acc + p.to(BF16).float() @ v[j0:j0 + cfg.bc]
     l = l.float()
-    o = (acc / l).to(BF16)
+    o = _truncate(acc / l) if cfg.o_truncated else (acc / l).to(BF16)
     lse = (m + torch.log(l)) if cfg.lse_with_max else torch.log(l)
 
     # backward

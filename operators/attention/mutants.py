@@ -33,6 +33,7 @@ BUGS = {
     "dkdv_one_query_tile": (Flash(dkdv_tiles=1), "dK and dV summed over the first 128-query tile only"),
     "bf16_dkdv_partials_32": (Flash(br=32, dkdv_bf16=True),
                               "dK and dV's 32-query partials added in their BF16 outputs (a split kernel)"),
+    "o_truncated": (Flash(o_truncated=True), "O stored in BF16 by truncation (round toward zero)"),
 }
 CAUSAL_BUGS = {
     "diagonal_off_by_one": (Flash(diagonal_extra_key=True),
@@ -51,6 +52,7 @@ KILLS = {
     "scale_one_over_d": ("o", ("attention", "129,129,64,unit")),
     "dkdv_one_query_tile": ("dkt", ("attention", "257,128,64,unit")),
     "bf16_dkdv_partials_32": ("dkt", ("attention", "1025,128,64,unit")),
+    "o_truncated": ("o", ("attention", "129,129,64,unit")),
     "diagonal_off_by_one": ("o", ("attention_causal", "129,64,unit")),
 }
 

@@ -87,3 +87,18 @@ def test_the_triton_kernel_without_the_interpreter_on_cpu_is_a_skip_that_says_wh
     records = in_process([spec], [resolve(op, "triton-flash")])
     assert [r["status"] for r in records] == ["skipped"], records
     assert "TRITON_INTERPRET=1" in records[0]["message"]
+
+
+def test_a_legitimately_one_sided_output_skips_the_direction_test_and_not_the_fitted_scale():
+    """At near-uniform scores every P~ in (1 - 2^-9, 1) rounds up to 1, so a kernel storing P~
+    (a legitimate choice) rounds o away from zero on most elements: 83% at this case and seed,
+    beyond the direction test's 75% (its one false alarm in 200 seeds before the derived gate
+    read the legitimate paths' own direction). A store that truncates o is still caught there,
+    by the fitted scale."""
+    op = operators.get("attention")
+    spec = parse_case(op, "127,128,64,near_uniform,67")
+    right = resolve(op, "flash-emulation")
+    truncating = resolve(op, "operators.attention.mutants:o_truncated")
+    cells = verdicts(in_process([spec], [right, truncating]))
+    assert cells[(right.name, spec.id)]["o"] == "pass"
+    assert cells[(truncating.name, spec.id)]["o"] == "fail"
