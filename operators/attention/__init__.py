@@ -65,11 +65,6 @@ def schedules(derived: DerivedMath) -> ReferenceSchedules:
     return ReferenceSchedules(flash, split_bf16, s.schedule("torch-bf16", stored), torch_flash_cpu, triton_flash)
 
 
-OUTPUTS = outputs("N")
-DERIVED = DerivedMath(math.non_causal, math.POINTS, OUTPUTS, operand_points={"dkt": "ds", "dvt": "p_bwd"})
-SCHEDULES = DERIVED.schedules
-REFERENCE = schedules(DERIVED)
-
 BACKENDS = ("torch-eager", "torch-fp32", "flash-emulation", "triton-flash")
 # PyTorch's CPU flash kernel adds dK, dV's partials in BF16 (``schedules``): outside the operator's
 # legitimate choices, it fails dK, dV at the acceptance case (a known failure) and a few elements
@@ -83,24 +78,37 @@ def backend_paths(module: str) -> dict[str, str]:
             "flash-emulation": f"{module}:flash_emulation", "triton-flash": f"{module}:triton_flash"}
 
 
-OPERATOR = Operator(
-    name="attention",
-    dims=("M", "N", "D"),
-    inputs=inputs("N"),
-    outputs=OUTPUTS,
-    sizes_from={"M": ("q", 0), "N": ("kt", 1), "D": ("q", 1)},
-    golden=DERIVED.golden,
-    gate=DERIVED.gate,
-    schedules=SCHEDULES,
-    scales=profiles.SCALES,
-    m_edges=profiles.M_EDGES,
-    shapes=profiles.SHAPES,
-    acceptance_case=profiles.ACCEPTANCE_CASE,
-    range_cases=profiles.RANGE_CASES,
-    title="Attention forward + backward (derived allowances)",
-    backends=backend_paths("operators.attention.backends"),
-    default_backends=BACKENDS,
-    acceptance_backends=ACCEPTANCE_BACKENDS,
-    expectations=Path(__file__).parent / "expectations",
-    study_shape=(129, 64),
-)
+def declare(name: str, causal: bool) -> tuple[Operator, DerivedMath, ReferenceSchedules]:
+    """The non-causal operator (M queries, N keys) or the causal one (M = N: kt, vt [D, M], each
+    query's index in M passed to the math for its mask), from the same math and points."""
+    keys = "M" if causal else "N"
+    derived = DerivedMath(math.causal if causal else math.non_causal, math.POINTS, outputs(keys),
+                          operand_points={"dkt": "ds", "dvt": "p_bwd"}, row_index="row" if causal else None)
+    reference = schedules(derived)
+    dims = ("M", "D") if causal else ("M", "N", "D")
+    operator = Operator(
+        name=name,
+        dims=dims,
+        inputs=inputs(keys),
+        outputs=outputs(keys),
+        sizes_from={"M": ("q", 0), "D": ("q", 1), **({} if causal else {"N": ("kt", 1)})},
+        golden=derived.golden,
+        gate=derived.gate,
+        schedules=derived.schedules,
+        scales=profiles.CAUSAL_SCALES if causal else profiles.SCALES,
+        m_edges=profiles.M_EDGES,
+        shapes=profiles.CAUSAL_SHAPES if causal else profiles.SHAPES,
+        acceptance_case=profiles.CAUSAL_ACCEPTANCE_CASE if causal else profiles.ACCEPTANCE_CASE,
+        range_cases=profiles.CAUSAL_RANGE_CASES if causal else profiles.RANGE_CASES,
+        title=("Causal attention" if causal else "Attention") + " forward + backward (derived allowances)",
+        backends=backend_paths("operators.attention." + ("causal_backends" if causal else "backends")),
+        default_backends=BACKENDS,
+        acceptance_backends=ACCEPTANCE_BACKENDS,
+        expectations=Path(__file__).parent / ("expectations-causal" if causal else "expectations"),
+        study_shape=(64,) if causal else (129, 64),
+    )
+    return operator, derived, reference
+
+
+OPERATOR, DERIVED, REFERENCE = declare("attention", causal=False)
+SCHEDULES = DERIVED.schedules
