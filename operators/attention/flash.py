@@ -39,6 +39,8 @@ class Flash:
     dkdv_tiles: int | None = None       # dK, dV summed over this many query tiles (None: all)
     dkdv_bf16: bool = False             # dK, dV's query-tile partials added in BF16
     o_truncated: bool = False           # O's BF16 store rounds toward zero
+    bwd_unmasked: bool = False          # causal: the backward recomputes P without the mask
+    skip_diagonal_tile: bool = False    # causal: dK, dV leave out the query tile on the diagonal
 
 
 def _keep(rows: int, j0: int, bc: int, n: int, causal: bool, cfg: Flash) -> torch.Tensor:
@@ -75,9 +77,9 @@ def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch
     v = _padded(vt.t().float(), cfg.bc)
     blocks = range(0, k.shape[0], cfg.bc)
 
-    def scores(j0):
+    def scores(j0, masked=causal):
         s = (qf @ k[j0:j0 + cfg.bc].t()) * scale
-        return torch.where(_keep(m_rows, j0, cfg.bc, n, causal, cfg), s, float("-inf"))
+        return torch.where(_keep(m_rows, j0, cfg.bc, n, masked, cfg), s, float("-inf"))
 
     # forward
     m = torch.full((m_rows, 1), float("-inf"))
@@ -107,7 +109,7 @@ def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
     tiles = list(range(0, m_rows, cfg.br))[: cfg.dkdv_tiles]
     for j0 in blocks:
-        s = scores(j0)
+        s = scores(j0, causal and not cfg.bwd_unmasked)
         p = torch.exp(s - lse) if cfg.dv_normalized else torch.exp(s - m)
         p_b = p.to(BF16).float()
         dp = dof @ v[j0:j0 + cfg.bc].t()
@@ -118,6 +120,8 @@ def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch
         ds_b = ds.to(BF16).float()
         dq += (ds_b @ k[j0:j0 + cfg.bc]) * scale
         for i0 in tiles:
+            if cfg.skip_diagonal_tile and i0 // cfg.br == j0 // cfg.bc:
+                continue
             rows = slice(i0, i0 + cfg.br)
             dk[j0:j0 + cfg.bc] += (ds_b[rows].t() @ qf[rows]) * scale
             dv[j0:j0 + cfg.bc] += p_b[rows].t() @ dof[rows]

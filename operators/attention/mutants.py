@@ -38,6 +38,10 @@ BUGS = {
 CAUSAL_BUGS = {
     "diagonal_off_by_one": (Flash(diagonal_extra_key=True),
                             "the causal mask off by one in the diagonal block: query i also sees key i + 1"),
+    "backward_unmasked": (Flash(bwd_unmasked=True), "the backward recomputes P without the causal mask"),
+    "diagonal_tile_skipped": (Flash(skip_diagonal_tile=True),
+                              "dK and dV leave out the query tile on the diagonal (a loop that starts one "
+                              "tile late)"),
 }
 
 # wrong kernel -> (output it must fail, the case that exposes it: the operator's name and case sizes)
@@ -54,6 +58,8 @@ KILLS = {
     "bf16_dkdv_partials_32": ("dkt", ("attention", "1025,128,64,unit")),
     "o_truncated": ("o", ("attention", "129,129,64,unit")),
     "diagonal_off_by_one": ("o", ("attention_causal", "129,64,unit")),
+    "backward_unmasked": ("dq", ("attention_causal", "129,64,unit")),
+    "diagonal_tile_skipped": ("dkt", ("attention_causal", "129,64,unit")),
 }
 
 for _name, (_cfg, _doc) in BUGS.items():
