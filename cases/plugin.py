@@ -428,11 +428,14 @@ def _addressed_to(config, operator, option: str) -> tuple[str, ...]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector, name, obj):
-    """The drift study (``cases/test_drift_figure.py``) is made for a report: a run without
-    --report-dir, or with --drift-seeds 0, does not collect it."""
+    """The drift studies (``cases/test_drift_figure.py``) are made for a report: a run without
+    --report-dir, or with --drift-seeds 0, does not collect them."""
     if name in ("test_drift_study", "test_loop_drift_study") and collector.name == "test_drift_figure.py":
         config = collector.config
         if not config.getoption("--report-dir", default=None) or not config.getoption("--drift-seeds", default=0):
+            return []
+        # the loop study only for a run with an operator it applies to (attention), not as an empty skip
+        if name == "test_loop_drift_study" and not any(loop_drift_applies(op) for op in run_operators(config)):
             return []
     return None
 
