@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from accuracy import allowance
-from accuracy.allowance import SUBNORMAL_STORE, Allowance, direction_counts, tail_sigmas
+from accuracy.allowance import SUBNORMAL_STORE, Allowance, DirectionCounts, direction_counts, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.ulp import bf16_spacing
 from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, rescaled_half_spacing,
@@ -213,6 +213,20 @@ class OutputSpread:
     mixed_worst: torch.Tensor        # and of ``worst``
     own: "OutputSpread | None" = None   # the same for the own-upstream recompute
 
+    @staticmethod
+    def cat(pieces: list["OutputSpread"]) -> "OutputSpread":
+        """The pieces of consecutive row blocks as one (row-local quantities, concatenated over rows)."""
+        if len(pieces) == 1:
+            return pieces[0]
+        first = pieces[0]
+        own = None if first.own is None else OutputSpread.cat([p.own for p in pieces])
+        return OutputSpread(*(torch.cat([getattr(p, f) for p in pieces]) for f in
+                              ("variance", "worst")),
+                            {k: torch.cat([p.worst_by_point[k].expand(p.variance.shape) for p in pieces])
+                             for k in first.worst_by_point},
+                            *(torch.cat([getattr(p, f) for p in pieces]) for f in
+                              ("independent_var", "shared_rows", "mixed_var", "mixed_worst")), own)
+
     def allowance(self, sigmas: float) -> torch.Tensor:
         """Two bounds at the same tail probability, the smaller taken: the whole error as one
         sub-Gaussian sum (c sigma), and the few roundings of the element's own points at their
@@ -303,7 +317,11 @@ class DerivedTermSums(ReductionTermSums):
 
     def add_operand(self, output: str, lhs: torch.Tensor | None, rhs: Spread, block: int) -> None:
         """One chunk's operand of a reduction over M: the rows of ``rhs`` summed, or lhs^T rhs."""
-        var, worst, mag = rhs.variance(), rhs.worst(), rhs.value.abs()
+        self.add_operand_terms(output, lhs, rhs.variance(), rhs.worst(), rhs.value.abs(), block)
+
+    def add_operand_terms(self, output: str, lhs: torch.Tensor | None, var: torch.Tensor, worst: torch.Tensor,
+                          mag: torch.Tensor, block: int) -> None:
+        """``add_operand`` from the operand's per-term variance, worst case and magnitude."""
         if lhs is None:
             for rows in blocks(mag.shape[0], block):
                 self.add_worst(output, worst[rows].sum(0, keepdim=True))
@@ -384,15 +402,21 @@ class DerivedMath(_Frozen):
 
     def __init__(self, math: Callable, points: Mapping[str, str], outputs: tuple[OutputDecl, ...],
                  operand_points: Mapping[str, str] | None = None, reused: Mapping[str, str] | None = None,
-                 own: Mapping[str, tuple[str, ...]] | None = None, row_index: str | None = None):
+                 own: Mapping[str, tuple[str, ...]] | None = None, row_index: str | None = None,
+                 row_elements: int | None = None):
         """``reused``: point -> the output whose stored value a kernel may read there (SwiGLU's
         dg_in is dg as stored); ``own``: output -> the upstream outputs it is recomputed from, with
         the kernel's own values at their points (the own-upstream checks); ``row_index``: the name
-        under which the math receives each row's index in M, [rows, 1] (a causal mask reads it)."""
+        under which the math receives each row's index in M, [rows, 1] (a causal mask reads it);
+        ``row_elements``: evaluate the math on at most this many rows x the widest input read whole
+        at a time (attention's [rows, N] scores: a 1024-row block at N = 32768 held 7 GB in the
+        rounding model), for a math whose rows are independent and whose points are all per row
+        (none broadcast over M)."""
         if row_index is not None and own:
             raise ValueError("own-upstream checks do not pass the row index: declare one or the other")
         self.math = math
         self.row_index = row_index
+        self.row_elements = row_elements
         self.points = MappingProxyType(dict(points))
         self.reused = MappingProxyType(dict(reused or {}))
         self.own = MappingProxyType({o: tuple(up) for o, up in (own or {}).items()})
@@ -424,6 +448,13 @@ class DerivedMath(_Frozen):
             paths.update({f"{p} stored": base.with_store(**{p: bf16}) for p in self.points})
         return paths
 
+    def rows_per_evaluation(self, weights: Mapping[str, torch.Tensor], count: int) -> int:
+        """Rows of a chunk evaluated at once (``row_elements``; all of them without it)."""
+        if self.row_elements is None:
+            return count
+        width = max([int(t.shape[-1]) for t in weights.values()] + [1])
+        return max(1, min(count, self.row_elements // width))
+
     def evaluate(self, ops, inputs: Mapping) -> tuple[dict, dict]:
         rows, operands = self.math(ops, dict(inputs))
         row_names = {o.name for o in self.output_decls if o.kind == "rows"}
@@ -451,56 +482,88 @@ class _Golden(_Frozen):
 
     def chunk(self, rows, weights, plan, *, want_rows: bool, terms: DerivedTermSums | None = None,
               raw=None, block: int = 1024, start: int = 0) -> ChunkGolden:
+        count = next(iter(rows.values())).shape[0]
         if self.derived.row_index is not None:
-            count = next(iter(rows.values())).shape[0]
-            weights = {**weights, self.derived.row_index: torch.arange(start, start + count).unsqueeze(1)}
-        values, operands = self.derived.evaluate(TensorOps(plan), {**rows, **weights})
+            rows = {**rows, self.derived.row_index: torch.arange(start, start + count).unsqueeze(1)}
+        step = self.derived.rows_per_evaluation(weights, count)
+        pieces = [self._piece({k: v[a:a + step] for k, v in rows.items()}, weights, plan, want_rows, terms)
+                  for a in range(0, count, step)]
+
+        def cat(get):
+            parts = [get(p) for p in pieces]
+            return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+        values = {o: cat(lambda p, o=o: p["values"][o]) for o in pieces[0]["values"]}
+        operands = {o: (None if lhs is None else cat(lambda p, o=o: p["operands"][o][0]),
+                        cat(lambda p, o=o: p["operands"][o][1]))
+                    for o, (lhs, _) in pieces[0]["operands"].items()}
         out = {o: round_to(v, plan.rounding(o)) for o, v in values.items()} if want_rows else {}
         row_terms = None
         if terms is not None:
-            spreads, spread_operands = self.derived.evaluate(SpreadOps, spread_inputs({**rows, **weights}))
             if want_rows:
-                exact_shared = shared_variance(self.derived, {**rows, **weights}, values,
-                                               {o: shared_points(sp) for o, sp in spreads.items()})
-                per_output = {o: _output_spread(sp, values[o], exact_shared.get(o)) for o, sp in spreads.items()}
-                if self.derived.own:
-                    own_spreads, _ = self.derived.evaluate(OwnSpreadOps(self.derived.reused),
-                                                           spread_inputs({**rows, **weights}))
-                    for o in self.derived.own:
-                        if o in per_output:
-                            per_output[o].own = _output_spread(own_spreads[o], values[o])
+                per_output = {o: OutputSpread.cat([p["spreads"][o] for p in pieces]) for o in pieces[0]["spreads"]}
                 row_terms = DerivedRowTerms(per_output, {o: p.worst_by_point for o, p in per_output.items()})
-            for o, (lhs, rhs) in spread_operands.items():
-                terms.add_operand(o, None if lhs is None else (lhs.value if isinstance(lhs, Spread) else lhs),
-                                  rhs if isinstance(rhs, Spread) else Spread(rhs.double()), block)
-            one_sided = self._add_path_bias(terms, {**rows, **weights}, values, operands)
+            for o, (lhs, *_) in pieces[0]["terms"].items():
+                terms.add_operand_terms(o, None if lhs is None else cat(lambda p, o=o: p["terms"][o][0]),
+                                        *(cat(lambda p, o=o, k=k: p["terms"][o][k]) for k in (1, 2, 3)), block)
+            counts: dict = {}
+            for p in pieces:
+                for key, c in p["directions"].items():
+                    counts.setdefault(key, DirectionCounts()).add(c)
             if row_terms is not None:
-                row_terms.one_sided = frozenset(one_sided)
-        return ChunkGolden(out, {o: (lhs, rhs) for o, (lhs, rhs) in operands.items()}, row_terms)
+                row_terms.one_sided = frozenset(o for (o, _), c in counts.items() if c.one_sided())
+        return ChunkGolden(out, operands, row_terms)
 
+    def _piece(self, rows, weights, plan, want_rows: bool, terms: DerivedTermSums | None) -> dict:
+        """One block of rows under ``plan``: its row outputs and operands, and with ``terms`` (the
+        reference's pass) its rounding model: the row outputs' spreads, the operands' per-term
+        variance, worst case and magnitude, and each legitimate path's direction counts."""
+        inputs = {**rows, **weights}
+        values, operands = self.derived.evaluate(TensorOps(plan), inputs)
+        piece = {"values": values, "operands": operands}
+        if terms is None:
+            return piece
+        spreads, spread_operands = self.derived.evaluate(SpreadOps, spread_inputs(inputs))
+        piece["spreads"] = {}
+        if want_rows:
+            exact_shared = shared_variance(self.derived, inputs, values,
+                                           {o: shared_points(sp) for o, sp in spreads.items()})
+            piece["spreads"] = {o: _output_spread(sp, values[o], exact_shared.get(o)) for o, sp in spreads.items()}
+            if self.derived.own:
+                own_spreads, _ = self.derived.evaluate(OwnSpreadOps(self.derived.reused), spread_inputs(inputs))
+                for o in self.derived.own:
+                    if o in piece["spreads"]:
+                        piece["spreads"][o].own = _output_spread(own_spreads[o], values[o])
+        piece["terms"] = {}
+        for o, (lhs, rhs) in spread_operands.items():
+            rhs = rhs if isinstance(rhs, Spread) else Spread(rhs.double())
+            piece["terms"][o] = (None if lhs is None else (lhs.value if isinstance(lhs, Spread) else lhs).double(),
+                                 rhs.variance(), rhs.worst(), rhs.value.abs())
+        del spreads, spread_operands
+        piece["directions"] = self._add_path_bias(terms, inputs, values, operands)
+        return piece
 
-    def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands) -> set[str]:
+    def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands) -> dict:
         """Round to nearest is biased on some data (an exact product of two BF16 values rounds
         toward zero more often than away): each legitimate path (``DerivedMath.bias_paths``) run
         in FP32 as a kernel runs it, its stored outputs' and its operands' errors against the
-        exact values kept for the fitted scale. Returns the row outputs some path rounds
-        one-sidedly here, by the direction test's own counts and allowance: on these rows that
-        test cannot tell a biased store from a legitimate path, and the fitted scale (which
-        allows the paths' bias) judges the direction alone."""
+        exact values kept for the fitted scale. Returns each (row output, path)'s rounding-direction
+        counts, which the direction test's allowance judges: where a path is one-sided that test
+        cannot tell a biased store from a legitimate path, and the fitted scale (which allows the
+        paths' bias) judges the direction alone."""
         f32 = {k: v.float() for k, v in inputs64.items()}
-        one_sided: set[str] = set()
+        counts: dict = {}
         for path, plan in self.derived.bias_paths().items():
             values, operands = self.derived.evaluate(TensorOps(plan), f32)
             for o, v in values.items():
                 exact = torch.where(torch.isfinite(exact_rows[o]), exact_rows[o], 0.0)
                 err = torch.nan_to_num(round_to(v, torch.bfloat16).double() - exact_rows[o], 0.0, 0.0, 0.0)
                 terms.add_path_rows(o, path, err, exact)
-                if direction_counts(err, exact, bf16_spacing(exact)).one_sided():
-                    one_sided.add(o)
+                counts[(o, path)] = direction_counts(err, exact, bf16_spacing(exact))
             for o, (lhs, rhs) in operands.items():
                 err = torch.nan_to_num(rhs.double() - exact_operands[o][1].double(), 0.0, 0.0, 0.0)
                 terms.add_path_operand(o, path, None if lhs is None else exact_operands[o][0].double(), err)
-        return one_sided
+        return counts
 
 
 class _Gate(_Frozen):

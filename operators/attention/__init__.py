@@ -78,12 +78,19 @@ def backend_paths(module: str) -> dict[str, str]:
             "flash-emulation": f"{module}:flash_emulation", "triton-flash": f"{module}:triton_flash"}
 
 
+# The golden evaluates at most this many (queries x keys) scores at a time: 2^21, 64 queries at
+# N = 32768 (16 MiB per FP64 [rows, N] tensor of the rounding model), every row of a chunk below
+# N = 2048
+ROW_ELEMENTS = 1 << 21
+
+
 def declare(name: str, causal: bool) -> tuple[Operator, DerivedMath, ReferenceSchedules]:
     """The non-causal operator (M queries, N keys) or the causal one (M = N: kt, vt [D, M], each
     query's index in M passed to the math for its mask), from the same math and points."""
     keys = "M" if causal else "N"
     derived = DerivedMath(math.causal if causal else math.non_causal, math.POINTS, outputs(keys),
-                          operand_points={"dkt": "ds", "dvt": "p_bwd"}, row_index="row" if causal else None)
+                          operand_points={"dkt": "ds", "dvt": "p_bwd"}, row_index="row" if causal else None,
+                          row_elements=ROW_ELEMENTS)
     reference = schedules(derived)
     dims = ("M", "D") if causal else ("M", "N", "D")
     operator = Operator(
