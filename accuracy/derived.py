@@ -60,7 +60,7 @@ from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps,
                                   spread_inputs)
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
 from contract.operator import ChunkGolden, OutputDecl
-from goldens.blocks import blocks
+from goldens.blocks import REDUCTION_BLOCK
 from goldens.rounding import round_to
 from goldens.schedule_data import Schedules
 from goldens.stream import GoldenPass
@@ -322,20 +322,36 @@ class DerivedTermSums(ReductionTermSums):
     def add_operand_terms(self, output: str, lhs: torch.Tensor | None, var: torch.Tensor, worst: torch.Tensor,
                           mag: torch.Tensor, block: int) -> None:
         """``add_operand`` from the operand's per-term variance, worst case and magnitude."""
-        if lhs is None:
-            for rows in blocks(mag.shape[0], block):
-                self.add_worst(output, worst[rows].sum(0, keepdim=True))
-            self.add_rows(output, mag, var, block)
-            return
-        lhs = lhs.double()
-        for rows in blocks(mag.shape[0], block):
-            l_abs, l_sq = lhs[rows].abs().t(), lhs[rows].square().t()
-            # one rounded rhs[m, n] moves a whole column n of the [K, N] sum: per column the
-            # Cauchy-Schwarz bound sum_m var_mn |lhs[m, :]|^2 (exact for one row)
-            shared = lhs[rows].square().sum(1, keepdim=True).t() @ var[rows]
-            self.add_part(output, l_abs @ mag[rows], l_sq @ var[rows], l_abs.sum(1, keepdim=True), shared)
-            self.add_worst(output, l_abs @ worst[rows])
+        for parts in operand_parts(lhs, var, worst, mag, 0, block).values():
+            abs_part, var_part, floor_part, shared_part, worst_part = parts
+            self.add_part(output, abs_part, var_part, floor_part, shared_part)
+            self.add_worst(output, worst_part)
         self.rows_seen += mag.shape[0]
+
+
+def operand_parts(lhs: torch.Tensor | None, var: torch.Tensor, worst: torch.Tensor, mag: torch.Tensor,
+                  offset: int, block: int) -> dict[int, list]:
+    """A reduction operand's term sums over some rows (the first at row ``offset`` of a chunk whose
+    first row is a canonical block's), per canonical block of ``block`` rows they meet: |terms|,
+    their variance, the subnormal floor's count, the per-column shared part (contractions; None
+    for sums) and the worst case, each summed over the block's rows among these. Summed over the
+    pieces of a block they are the block's (``DerivedTermSums.add_part``)."""
+    out: dict[int, list] = {}
+    n = mag.shape[0]
+    edges = [offset, *range((offset // block + 1) * block, offset + n, block), offset + n]
+    for a, b in zip(edges, edges[1:]):
+        rows, index = slice(a - offset, b - offset), a // block
+        if lhs is None:
+            out[index] = [mag[rows].sum(0, keepdim=True), var[rows].sum(0, keepdim=True),
+                          torch.full((1, 1), float(rows.stop - rows.start), dtype=torch.float64), None,
+                          worst[rows].sum(0, keepdim=True)]
+            continue
+        l_abs, l_sq = lhs[rows].abs().t(), lhs[rows].square().t()
+        # one rounded rhs[m, n] moves a whole column n of the [K, N] sum: per column the
+        # Cauchy-Schwarz bound sum_m var_mn |lhs[m, :]|^2 (exact for one row)
+        shared = lhs[rows].square().sum(1, keepdim=True).t() @ var[rows]
+        out[index] = [l_abs @ mag[rows], l_sq @ var[rows], l_abs.sum(1, keepdim=True), shared, l_abs @ worst[rows]]
+    return out
 
 
 def _per_row(group_var: torch.Tensor, rows: int) -> torch.Tensor:
@@ -453,7 +469,10 @@ class DerivedMath(_Frozen):
         if self.row_elements is None:
             return count
         width = max([int(t.shape[-1]) for t in weights.values()] + [1])
-        return max(1, min(count, self.row_elements // width))
+        rows = max(1, self.row_elements // width)
+        # a power of two up to one canonical block (1024 rows), whatever the chunk: a block of rows
+        # never straddles a canonical block, and a row's bits never depend on the chunk it is in
+        return min(1 << (rows.bit_length() - 1), REDUCTION_BLOCK)
 
     def evaluate(self, ops, inputs: Mapping) -> tuple[dict, dict]:
         rows, operands = self.math(ops, dict(inputs))
@@ -486,8 +505,8 @@ class _Golden(_Frozen):
         if self.derived.row_index is not None:
             rows = {**rows, self.derived.row_index: torch.arange(start, start + count).unsqueeze(1)}
         step = self.derived.rows_per_evaluation(weights, count)
-        pieces = [self._piece({k: v[a:a + step] for k, v in rows.items()}, weights, plan, want_rows, terms)
-                  for a in range(0, count, step)]
+        pieces = [self._piece({k: v[a:a + step] for k, v in rows.items()}, weights, plan, want_rows, terms,
+                              a, block) for a in range(0, count, step)]
 
         def cat(get):
             parts = [get(p) for p in pieces]
@@ -503,9 +522,17 @@ class _Golden(_Frozen):
             if want_rows:
                 per_output = {o: OutputSpread.cat([p["spreads"][o] for p in pieces]) for o in pieces[0]["spreads"]}
                 row_terms = DerivedRowTerms(per_output, {o: p.worst_by_point for o, p in per_output.items()})
-            for o, (lhs, *_) in pieces[0]["terms"].items():
-                terms.add_operand_terms(o, None if lhs is None else cat(lambda p, o=o: p["terms"][o][0]),
-                                        *(cat(lambda p, o=o, k=k: p["terms"][o][k]) for k in (1, 2, 3)), block)
+            for o in pieces[0]["terms"]:
+                by_block: dict = {}
+                for p in pieces:
+                    for b, parts in p["terms"][o].items():
+                        by_block[b] = parts if b not in by_block else [None if x is None else x + y
+                                                                       for x, y in zip(by_block[b], parts)]
+                for b in sorted(by_block):
+                    abs_part, var_part, floor_part, shared_part, worst_part = by_block[b]
+                    terms.add_part(o, abs_part, var_part, floor_part, shared_part)
+                    terms.add_worst(o, worst_part)
+                terms.rows_seen += count
             counts: dict = {}
             for p in pieces:
                 for key, c in p["directions"].items():
@@ -514,10 +541,13 @@ class _Golden(_Frozen):
                 row_terms.one_sided = frozenset(o for (o, _), c in counts.items() if c.one_sided())
         return ChunkGolden(out, operands, row_terms)
 
-    def _piece(self, rows, weights, plan, want_rows: bool, terms: DerivedTermSums | None) -> dict:
-        """One block of rows under ``plan``: its row outputs and operands, and with ``terms`` (the
-        reference's pass) its rounding model: the row outputs' spreads, the operands' per-term
-        variance, worst case and magnitude, and each legitimate path's direction counts."""
+    def _piece(self, rows, weights, plan, want_rows: bool, terms: DerivedTermSums | None, offset: int,
+               block: int) -> dict:
+        """Some rows of a chunk (from its row ``offset``) under ``plan``: their row outputs and
+        operands, and with ``terms`` (the reference's pass) their rounding model: the row outputs'
+        spreads, the operands' term sums per canonical block of ``block`` rows (``operand_parts``:
+        the parts of the blocks these rows are in, summed over them) and each legitimate path's
+        direction counts."""
         inputs = {**rows, **weights}
         values, operands = self.derived.evaluate(TensorOps(plan), inputs)
         piece = {"values": values, "operands": operands}
@@ -537,8 +567,8 @@ class _Golden(_Frozen):
         piece["terms"] = {}
         for o, (lhs, rhs) in spread_operands.items():
             rhs = rhs if isinstance(rhs, Spread) else Spread(rhs.double())
-            piece["terms"][o] = (None if lhs is None else (lhs.value if isinstance(lhs, Spread) else lhs).double(),
-                                 rhs.variance(), rhs.worst(), rhs.value.abs())
+            lhs = None if lhs is None else (lhs.value if isinstance(lhs, Spread) else lhs).double()
+            piece["terms"][o] = operand_parts(lhs, rhs.variance(), rhs.worst(), rhs.value.abs(), offset, block)
         del spreads, spread_operands
         piece["directions"] = self._add_path_bias(terms, inputs, values, operands)
         return piece
