@@ -505,8 +505,14 @@ class _Golden(_Frozen):
         if self.derived.row_index is not None:
             rows = {**rows, self.derived.row_index: torch.arange(start, start + count).unsqueeze(1)}
         step = self.derived.rows_per_evaluation(weights, count)
-        pieces = [self._piece({k: v[a:a + step] for k, v in rows.items()}, weights, plan, want_rows, terms,
-                              a, block) for a in range(0, count, step)]
+        pieces, by_block = [], {}     # the operands' term sums per canonical block, summed as the pieces come
+        for a in range(0, count, step):
+            piece = self._piece({k: v[a:a + step] for k, v in rows.items()}, weights, plan, want_rows, terms, a, block)
+            for o, per_block in piece.pop("terms", {}).items():
+                mine = by_block.setdefault(o, {})
+                for b, parts in per_block.items():
+                    mine[b] = parts if b not in mine else [None if x is None else x + y for x, y in zip(mine[b], parts)]
+            pieces.append(piece)
 
         def cat(get):
             parts = [get(p) for p in pieces]
@@ -522,14 +528,9 @@ class _Golden(_Frozen):
             if want_rows:
                 per_output = {o: OutputSpread.cat([p["spreads"][o] for p in pieces]) for o in pieces[0]["spreads"]}
                 row_terms = DerivedRowTerms(per_output, {o: p.worst_by_point for o, p in per_output.items()})
-            for o in pieces[0]["terms"]:
-                by_block: dict = {}
-                for p in pieces:
-                    for b, parts in p["terms"][o].items():
-                        by_block[b] = parts if b not in by_block else [None if x is None else x + y
-                                                                       for x, y in zip(by_block[b], parts)]
-                for b in sorted(by_block):
-                    abs_part, var_part, floor_part, shared_part, worst_part = by_block[b]
+            for o, per_block in by_block.items():
+                for b in sorted(per_block):
+                    abs_part, var_part, floor_part, shared_part, worst_part = per_block[b]
                     terms.add_part(o, abs_part, var_part, floor_part, shared_part)
                     terms.add_worst(o, worst_part)
                 terms.rows_seen += count
