@@ -30,10 +30,10 @@ from contract.backend import BackendUnsupported
 BLOCK_M = 64
 BLOCK_N = 64
 # The interpreter runs each program's block loop in numpy: M = N = 2048 at D = 128 (2^22 query-key
-# pairs) took 33 s here (2 cores), M = 129, N = 257 at D = 64 1.0 s. Above 2^20 pairs (every quick
-# case but the acceptance case's 2048 x 2048) a case is refused with this estimate: override with
-# ATTENTION_TRITON_INTERPRET_MAX_PAIRS.
-INTERPRETER_MAX_PAIRS = 1 << 20
+# pairs) took 33 s here (2 cores), M = 129, N = 257 at D = 64 1.0 s. Above 2^21 pairs (every quick
+# case of both operators but the acceptance cases' 2048 x 2048; the causal M = 1025 has 1.05e6) a
+# case is refused with this estimate: override with ATTENTION_TRITON_INTERPRET_MAX_PAIRS.
+INTERPRETER_MAX_PAIRS = 1 << 21
 
 try:
     import triton
