@@ -315,18 +315,14 @@ class DerivedTermSums(ReductionTermSums):
         else:
             self.worst[output] = part.clone()
 
-    def add_operand(self, output: str, lhs: torch.Tensor | None, rhs: Spread, block: int) -> None:
-        """One chunk's operand of a reduction over M: the rows of ``rhs`` summed, or lhs^T rhs."""
-        self.add_operand_terms(output, lhs, rhs.variance(), rhs.worst(), rhs.value.abs(), block)
-
-    def add_operand_terms(self, output: str, lhs: torch.Tensor | None, var: torch.Tensor, worst: torch.Tensor,
-                          mag: torch.Tensor, block: int) -> None:
-        """``add_operand`` from the operand's per-term variance, worst case and magnitude."""
-        for parts in operand_parts(lhs, var, worst, mag, 0, block).values():
-            abs_part, var_part, floor_part, shared_part, worst_part = parts
+    def add_blocks(self, output: str, per_block: Mapping[int, list], rows: int) -> None:
+        """A chunk's operand of a reduction over M, as ``operand_parts`` per canonical block (summed
+        over the blocks of rows it was evaluated in), added in block order; ``rows``: the chunk's."""
+        for b in sorted(per_block):
+            abs_part, var_part, floor_part, shared_part, worst_part = per_block[b]
             self.add_part(output, abs_part, var_part, floor_part, shared_part)
             self.add_worst(output, worst_part)
-        self.rows_seen += mag.shape[0]
+        self.rows_seen += rows
 
 
 def operand_parts(lhs: torch.Tensor | None, var: torch.Tensor, worst: torch.Tensor, mag: torch.Tensor,
@@ -529,11 +525,7 @@ class _Golden(_Frozen):
                 per_output = {o: OutputSpread.cat([p["spreads"][o] for p in pieces]) for o in pieces[0]["spreads"]}
                 row_terms = DerivedRowTerms(per_output, {o: p.worst_by_point for o, p in per_output.items()})
             for o, per_block in by_block.items():
-                for b in sorted(per_block):
-                    abs_part, var_part, floor_part, shared_part, worst_part = per_block[b]
-                    terms.add_part(o, abs_part, var_part, floor_part, shared_part)
-                    terms.add_worst(o, worst_part)
-                terms.rows_seen += count
+                terms.add_blocks(o, per_block, count)
             counts: dict = {}
             for p in pieces:
                 for key, c in p["directions"].items():
@@ -656,21 +648,31 @@ def with_derived(operator, derived: DerivedMath):
     return replace(operator, golden=derived.golden, gate=derived.gate, schedules=derived.schedules)
 
 
-def case_allowances(operator, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every output element's allowance against the reference over a whole case (FP64), as the
-    gate computes it: the row outputs block by block from the reference's golden pass, the
-    reductions from its term sums."""
+def reference_and_allowances(operator, inputs: Mapping[str, torch.Tensor]) -> tuple[dict, dict]:
+    """Every output of the FP64 reference over a whole case, and every element's allowance against
+    it as the gate computes it: the row outputs block by block from the reference's golden pass,
+    the reductions from its term sums (one pass for both)."""
     sizes = operator.sizes(inputs)
     gp = GoldenPass(operator, inputs, {"fp64": operator.schedules.FP64_GLOBAL}, terms=True)
     rows: dict[str, list] = {o: [] for o in operator.row_outputs}
+    allow: dict[str, list] = {o: [] for o in operator.row_outputs}
     for block in gp.blocks():
         for o in operator.row_outputs:
-            rows[o].append(operator.gate.row_allowance(o, block.rows["fp64"][o], block.terms, gp.terms,
-                                                       sizes).vs_reference.double())
-    out = {o: torch.cat(parts) for o, parts in rows.items()}
+            rows[o].append(block.rows["fp64"][o])
+            allow[o].append(operator.gate.row_allowance(o, block.rows["fp64"][o], block.terms, gp.terms,
+                                                        sizes).vs_reference.double())
+    exact = {o: torch.cat(parts) for o, parts in rows.items()}
+    exact.update(gp.reductions["fp64"])
+    out = {o: torch.cat(parts) for o, parts in allow.items()}
     for o in operator.reduction_outputs:
         out[o] = allowance.reduction(gp.terms, o, operator.output(o).kind, sizes[operator.dims[0]]).vs_reference.double()
-    return out
+    return exact, out
+
+
+def case_allowances(operator, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every output element's allowance against the reference over a whole case (FP64), as the
+    gate computes it (``reference_and_allowances``)."""
+    return reference_and_allowances(operator, inputs)[1]
 
 
 def _numel(exact: torch.Tensor, sizes) -> int:

@@ -35,11 +35,11 @@ from pathlib import Path
 import torch
 
 import operators
-from accuracy.derived import TensorOps, case_allowances
+from accuracy.derived import TensorOps, reference_and_allowances
 from accuracy.tolerances import tolerances_for
 from cases.spec import CaseSpec, make_inputs
 from goldens.rounding import round_to
-from goldens.stream import materialize
+from kernels.registry import resolve
 from runs import manifest, platform_facts
 from runs.output_paths import OutputPathError, output_folder
 
@@ -80,15 +80,12 @@ def measure(profile: str, n: int, seed: int, operator: str = OPERATOR) -> dict:
     f32 = {k: v.float() for k, v in inputs.items()}
     looped, _ = derived.evaluate(TensorOps(schedule.plan), f32)
     global_, _ = derived.evaluate(TensorOps(flat), f32)
-    exact = materialize(op, inputs, op.schedules.FP64_GLOBAL)
-    allow = case_allowances(op, inputs)
+    exact, allow = reference_and_allowances(op, inputs)
     tol = tolerances_for(op)
     point = {"profile": profile, "n": n, "seed": seed, "blocks": -(-n // blocks), "outputs": {}}
     candidates = {"loop": {o: round_to(looped[o], torch.bfloat16) for o in op.row_outputs}}
     for name, path in KERNELS.items():
-        module, attr = path.split(":")
-        kernel = getattr(__import__(module, fromlist=[attr]), attr)
-        candidates[name] = kernel(**inputs)
+        candidates[name] = resolve(op, path)(**inputs)
     for o in op.row_outputs:
         scale = _rms(exact[o]) or 1.0
         reference = round_to(exact[o], torch.bfloat16)

@@ -54,7 +54,7 @@ def chunk_rows_for(operator: Operator, inputs: Mapping[str, torch.Tensor], chunk
         shapes = operator.output_shapes(sizes)
         # a row's math may span a whole input's last dimension too: attention's scores of one
         # query are N wide (kt [D, N]) beside an output row of D = 128; at N = 32768 a chunk of
-        # 256 rows holds 8M-element FP64 score tensors, not 64M
+        # 1024 rows (one canonical block, the fewest) holds its [rows, N] operands, not 2048
         whole = [t.shape(sizes)[-1] for t in operator.inputs if t.name not in operator.row_inputs]
         width = max([shapes[o][-1] for o in operator.row_outputs] + whole + [1])
         rows = min(DEFAULT_CHUNK_ROWS, CHUNK_ELEMENTS // width)
