@@ -57,7 +57,11 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", default="torch-eager")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    rows = floors(load_records(args.results), args.backend)
+    try:
+        rows = floors(load_records(args.results), args.backend)
+    except FileNotFoundError as exc:       # ResultsNotFound is one
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not rows:
         print(f"error: no gated records of backend {args.backend!r} in {args.results}", file=sys.stderr)
         return 2

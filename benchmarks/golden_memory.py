@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import operators                               # noqa: E402
-from cases.matrix import parse_case             # noqa: E402
+from cases.matrix import CaseSyntaxError, parse_case   # noqa: E402
 from cases.spec import make_inputs              # noqa: E402
 from goldens.stream import GoldenPass           # noqa: E402
 
@@ -35,8 +35,12 @@ def main(argv=None) -> int:
     parser.add_argument("--case", required=True, help="the operator's sizes,SCALE[,SEED]")
     parser.add_argument("--chunks", type=int, default=1, help="stop after this many chunks (0: all)")
     args = parser.parse_args(argv)
-    op = operators.get(args.operator)
-    spec = parse_case(op, args.case)
+    try:
+        op = operators.get(args.operator)
+        spec = parse_case(op, args.case)
+    except (operators.OperatorNotFound, CaseSyntaxError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     inputs = make_inputs(spec)
     schedules = op.schedules
     default = schedules.default_schedule()
