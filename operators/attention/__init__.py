@@ -75,7 +75,8 @@ ACCEPTANCE_BACKENDS = ("torch-flash-cpu",)
 def backend_paths(module: str) -> dict[str, str]:
     return {"torch-eager": f"{module}:torch_eager", "torch-compile": f"{module}:torch_compile",
             "torch-flash-cpu": f"{module}:torch_flash_cpu", "torch-fp32": f"{module}:torch_fp32",
-            "flash-emulation": f"{module}:flash_emulation", "triton-flash": f"{module}:triton_flash"}
+            "flash-emulation": f"{module}:flash_emulation", "triton-flash": f"{module}:triton_flash",
+            "torch-flash-cuda": f"{module}:torch_flash_cuda", "torch-efficient-cuda": f"{module}:torch_efficient_cuda"}
 
 
 # The golden evaluates at most this many (queries x keys) scores at a time: 16 queries at N = 32768.

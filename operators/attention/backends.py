@@ -10,13 +10,17 @@ in BF16, from one forward and its backward:
   128 x 128 blocks, P~, P and dS in BF16, FP32 statistics and accumulators);
 * ``triton-flash``: the same algorithm as a Triton kernel (``operators.attention.triton_flash``,
   64 x 64 blocks): compiled on CUDA, triton's interpreter on the CPU with TRITON_INTERPRET=1
-  (without it a case records a skip saying so).
+  (without it a case records a skip saying so);
+* ``torch-flash-cuda``, ``torch-efficient-cuda``: PyTorch's CUDA flash-attention and
+  memory-efficient SDPA kernels (``--device cuda``); on CPU inputs a case records a skip saying so
+  (neither has a CPU kernel: PyTorch's CPU flash kernel is ``torch-flash-cpu``).
 """
 from __future__ import annotations
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from contract.backend import BackendUnsupported
 from operators.attention import REFERENCE, SCHEDULES, flash, triton_flash as _triton
 
 BF16 = torch.bfloat16
@@ -37,6 +41,13 @@ def sdpa(q, kt, vt, do, *, causal: bool, dtype: torch.dtype, backend: SDPBackend
             "dvt": dv.t().contiguous().to(BF16)}
 
 
+def on_cuda(q: torch.Tensor, kernel: str) -> None:
+    """BackendUnsupported unless the case's inputs are on a CUDA device."""
+    if q.device.type != "cuda":
+        raise BackendUnsupported(f"{kernel} runs on CUDA only; the inputs are on {q.device.type} "
+                                 f"(run the matrix with --device cuda on a machine with a GPU)")
+
+
 def make(causal: bool, schedules, reference):
     """The backends of the operator with or without the causal mask, each declaring its schedule."""
     def torch_eager(*, q, kt, vt, do):
@@ -47,6 +58,14 @@ def make(causal: bool, schedules, reference):
 
     def torch_flash_cpu(*, q, kt, vt, do):
         return sdpa(q, kt, vt, do, causal=causal, dtype=BF16, backend=SDPBackend.FLASH_ATTENTION)
+
+    def torch_flash_cuda(*, q, kt, vt, do):
+        on_cuda(q, "PyTorch's flash-attention SDPA kernel")
+        return sdpa(q, kt, vt, do, causal=causal, dtype=BF16, backend=SDPBackend.FLASH_ATTENTION)
+
+    def torch_efficient_cuda(*, q, kt, vt, do):
+        on_cuda(q, "PyTorch's memory-efficient SDPA kernel")
+        return sdpa(q, kt, vt, do, causal=causal, dtype=BF16, backend=SDPBackend.EFFICIENT_ATTENTION)
 
     def torch_fp32(*, q, kt, vt, do):
         return sdpa(q, kt, vt, do, causal=causal, dtype=torch.float32, backend=SDPBackend.MATH)
@@ -62,8 +81,13 @@ def make(causal: bool, schedules, reference):
     torch_fp32.schedule = schedules.FAITHFUL_GLOBAL
     flash_emulation.schedule = reference.flash
     triton_flash.schedule = reference.triton_flash
-    return torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation, triton_flash
+    # FlashAttention-2's CUDA kernel and the memory-efficient one both hold P in BF16 before P V
+    # and dS in BF16 before its matmuls, with FP32 statistics (the declaration names the tiled
+    # layer a failure is attributed to; the verdict does not read it)
+    torch_flash_cuda.schedule = torch_efficient_cuda.schedule = reference.flash
+    return (torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation, triton_flash,
+            torch_flash_cuda, torch_efficient_cuda)
 
 
-(torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation,
- triton_flash) = make(False, SCHEDULES, REFERENCE)
+(torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation, triton_flash, torch_flash_cuda,
+ torch_efficient_cuda) = make(False, SCHEDULES, REFERENCE)

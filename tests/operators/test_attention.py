@@ -4,10 +4,13 @@ the output and case ``mutants.KILLS`` names, where the correct flash kernel pass
 golden replays the online softmax (the flash emulation equals it to the bit on o)."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
 import operators
+from cases.evaluate import evaluate_case, records_for
 from cases.matrix import parse_case, quick_cases
 from cases.spec import CaseSpec, make_inputs
 from goldens.layers import bf16_faithful, fp64_ideal, tiled_emulation
@@ -87,6 +90,41 @@ def test_the_triton_kernel_without_the_interpreter_on_cpu_is_a_skip_that_says_wh
     records = in_process([spec], [resolve(op, "triton-flash")])
     assert [r["status"] for r in records] == ["skipped"], records
     assert "TRITON_INTERPRET=1" in records[0]["message"]
+
+
+CUDA_BACKENDS = ("torch-flash-cuda", "torch-efficient-cuda")
+
+
+@pytest.mark.parametrize("name", CUDA_BACKENDS)
+def test_a_cuda_only_kernel_on_cpu_inputs_is_a_skip_that_says_why(name):
+    op = operators.get("attention")
+    spec = parse_case(op, "2,3,64,unit")
+    records = in_process([spec], [resolve(op, name)])
+    assert [r["status"] for r in records] == ["skipped"], records
+    assert "CUDA only" in records[0]["message"] and "--device cuda" in records[0]["message"], records[0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cuda_kernels_pass_the_small_quick_cases_on_a_gpu(name):
+    """PyTorch's CUDA flash and memory-efficient SDPA kernels and the Triton kernel compiled, on
+    the GPU, judged against goldens computed there (cases up to M = 257)."""
+    if not (torch.cuda.is_available() and torch.cuda.device_count() > 0):
+        pytest.skip("no CUDA device is present (torch.cuda.is_available() is False)")
+    op = operators.get(name)
+    cases = [c for c in quick_cases(op) if c.sizes[0] <= 257]
+    backends = [resolve(op, n) for n in CUDA_BACKENDS]
+    if importlib.util.find_spec("triton") is not None:
+        backends.append(resolve(op, "triton-flash"))
+    records = []
+    for spec in cases:
+        outcome = evaluate_case(spec, backends, device="cuda")
+        assert outcome.error is None, outcome.error
+        for b in backends:
+            records += records_for(outcome, b.name)
+    cells = verdicts(records)
+    for b in backends:
+        for spec in cases:
+            assert set(cells[(b.name, spec.id)].values()) == {"pass"}, (b.name, spec.id, cells[(b.name, spec.id)])
 
 
 def test_a_legitimately_one_sided_output_skips_the_direction_test_and_not_the_fitted_scale():
