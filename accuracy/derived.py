@@ -273,7 +273,10 @@ class DerivedTermSums(ReductionTermSums):
     def add_path_operand(self, output: str, path: str, lhs: torch.Tensor | None, err: torch.Tensor) -> None:
         part = err.sum(0, keepdim=True) if lhs is None else lhs.t() @ err
         sums = self._err_sums.setdefault(output, {})
-        sums[path] = sums[path] + part if path in sums else part
+        if path in sums:
+            sums[path] += part
+        else:
+            sums[path] = part
 
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
         """The largest |fitted scale| a legitimate path's roundings give ``output`` on this data, not
@@ -480,6 +483,17 @@ class DerivedMath(_Frozen):
         return rows, operands
 
 
+def _rows_into(whole: torch.Tensor | None, part: torch.Tensor, first: int, count: int) -> torch.Tensor:
+    """``part`` (rows ``first`` onward of a chunk of ``count`` rows) written into ``whole``, the
+    chunk's tensor, made at the first part; a part that is the whole chunk is kept as it is."""
+    if part.shape[0] == count:
+        return part
+    if whole is None:
+        whole = torch.empty((count, *part.shape[1:]), dtype=part.dtype)
+    whole[first:first + part.shape[0]] = part
+    return whole
+
+
 class _Golden(_Frozen):
     """``Operator.golden``: the chunk under a plan, and the reference's rounding model."""
 
@@ -502,22 +516,23 @@ class _Golden(_Frozen):
             rows = {**rows, self.derived.row_index: torch.arange(start, start + count).unsqueeze(1)}
         step = self.derived.rows_per_evaluation(weights, count)
         pieces, by_block = [], {}     # the operands' term sums per canonical block, summed as the pieces come
+        # the pieces' values and operands are copied into the chunk's tensors as they come, so a
+        # piece's are freed before the next is evaluated: attention's operands are [rows, N] (two
+        # FP64 [1024, 32768] at N = 32768, 268 MB each), held twice by a concatenation at the end
+        values: dict = {}
+        operands: dict = {}
         for a in range(0, count, step):
             piece = self._piece({k: v[a:a + step] for k, v in rows.items()}, weights, plan, want_rows, terms, a, block)
             for o, per_block in piece.pop("terms", {}).items():
                 mine = by_block.setdefault(o, {})
                 for b, parts in per_block.items():
-                    mine[b] = parts if b not in mine else [None if x is None else x + y for x, y in zip(mine[b], parts)]
+                    mine[b] = parts if b not in mine else [None if x is None else x.add_(y) for x, y in zip(mine[b], parts)]
+            for o, v in piece.pop("values").items():
+                values[o] = _rows_into(values.get(o), v, a, count)
+            for o, (lhs, rhs) in piece.pop("operands").items():
+                lhs0, rhs0 = operands.get(o, (None, None))
+                operands[o] = (None if lhs is None else _rows_into(lhs0, lhs, a, count), _rows_into(rhs0, rhs, a, count))
             pieces.append(piece)
-
-        def cat(get):
-            parts = [get(p) for p in pieces]
-            return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-        values = {o: cat(lambda p, o=o: p["values"][o]) for o in pieces[0]["values"]}
-        operands = {o: (None if lhs is None else cat(lambda p, o=o: p["operands"][o][0]),
-                        cat(lambda p, o=o: p["operands"][o][1]))
-                    for o, (lhs, _) in pieces[0]["operands"].items()}
         out = {o: round_to(v, plan.rounding(o)) for o, v in values.items()} if want_rows else {}
         row_terms = None
         if terms is not None:

@@ -66,15 +66,33 @@ class Mixed:
     sd: torch.Tensor
     worst: torch.Tensor
     independent: tuple[bool, ...]
+    # dimensions along which the value was broadcast from one element: the copies are one
+    # variable, so a later sum along them adds standard deviations (delta [M, 1] in attention's
+    # dS = P (dP - delta), summed over the keys by dQ = dS K). Read by the reductions only: the
+    # fitted scale's shared variance (``accuracy.derived``) reads ``independent``, as measured
+    broadcast: tuple[bool, ...] | None = None
+
+    def along(self) -> tuple[bool, ...]:
+        return self.broadcast or (False,) * len(self.independent)
 
     def scaled(self, c: torch.Tensor) -> "Mixed":
         a = c.abs()
-        return Mixed(self.sd * a, self.worst * a, self.independent)
+        return Mixed(self.sd * a, self.worst * a, self.independent, self.broadcast)
+
+    def broadcast_to(self, shape) -> "Mixed":
+        """The channel of a value broadcast to ``shape`` (``broadcast``: where it had one element)."""
+        own = tuple(self.sd.shape)
+        if len(own) != len(shape):
+            return self
+        flags = tuple(b or (n == 1 and k > 1) for b, n, k in zip(self.along(), own, shape))
+        return self if flags == self.along() else Mixed(self.sd, self.worst, self.independent, flags)
 
     def plus(self, other: "Mixed") -> "Mixed":
         """The same point's channel arriving along two paths: standard deviations add (Cauchy-Schwarz)."""
+        broadcast = tuple(a or b for a, b in zip(self.along(), other.along()))
         return Mixed(self.sd + other.sd, self.worst + other.worst,
-                     tuple(a and b for a, b in zip(self.independent, other.independent)))
+                     tuple(a and b for a, b in zip(self.independent, other.independent)),
+                     broadcast if any(broadcast) else None)
 
 
 def _dims(shape) -> int:
@@ -123,15 +141,18 @@ class Spread:
     # --- linear maps of the error
     def scaled(self, c: torch.Tensor, value: torch.Tensor) -> "Spread":
         """The error times c (element-wise, broadcast), carried to a new ``value``."""
+        shape = tuple(value.shape)
         return Spread(value, {k: (coef * c, src) for k, (coef, src) in self.exact.items()},
-                      {k: m.scaled(c) for k, m in self.mixed.items()})
+                      {k: m.broadcast_to(shape).scaled(c) for k, m in self.mixed.items()})
 
     def merged(self, other: "Spread", value: torch.Tensor) -> "Spread":
+        shape = tuple(value.shape)
         exact = dict(self.exact)
         for k, (coef, src) in other.exact.items():
             exact[k] = (exact[k][0] + coef, src) if k in exact else (coef, src)
-        mixed = dict(self.mixed)
+        mixed = {k: m.broadcast_to(shape) for k, m in self.mixed.items()}
         for k, m in other.mixed.items():
+            m = m.broadcast_to(shape)
             mixed[k] = mixed[k].plus(m) if k in mixed else m
         return Spread(value, exact, mixed)
 
@@ -304,11 +325,12 @@ def _reduce_exact(coef: torch.Tensor, src: tuple, shape: tuple, dim: int, name: 
 
 def _reduce_mixed(m: Mixed, shape: tuple, dim: int) -> Mixed:
     sd, worst = _expand(m.sd, shape), _expand(m.worst, shape)
-    if m.independent[dim]:
+    if m.independent[dim] and not m.along()[dim]:
         sd = sd.square().sum(dim, keepdim=True).sqrt()
     else:
         sd = sd.sum(dim, keepdim=True)
-    return Mixed(sd, worst.sum(dim, keepdim=True), m.independent)
+    broadcast = tuple(b and i != dim for i, b in enumerate(m.along()))
+    return Mixed(sd, worst.sum(dim, keepdim=True), m.independent, broadcast if any(broadcast) else None)
 
 
 def sum_over(a: Spread, dim: int) -> Spread:
@@ -355,7 +377,9 @@ def matmul(a, b) -> Spread:
 def _transposed(s: Spread) -> Spread:
     return Spread(s.value.t(), {k: (c.t() if c.dim() == 2 else c, tuple(reversed(src)))
                                 for k, (c, src) in s.exact.items()},
-                  {k: Mixed(m.sd.t(), m.worst.t(), tuple(reversed(m.independent))) for k, m in s.mixed.items()})
+                  {k: Mixed(m.sd.t(), m.worst.t(), tuple(reversed(m.independent)),
+                            None if m.broadcast is None else tuple(reversed(m.broadcast)))
+                   for k, m in s.mixed.items()})
 
 
 def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
@@ -375,8 +399,8 @@ def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
         mixed[name] = mixed[name].plus(m) if name in mixed else m
     for name, m in a.mixed.items():
         sd, worst = _expand(m.sd, shape), _expand(m.worst, shape)
-        sd = (sd.square() @ w_sq).sqrt() if m.independent[1] else sd @ w_abs
-        r = Mixed(sd, worst @ w_abs, (m.independent[0], False))
+        sd = (sd.square() @ w_sq).sqrt() if m.independent[1] and not m.along()[1] else sd @ w_abs
+        r = Mixed(sd, worst @ w_abs, (m.independent[0], False), (m.along()[0], False) if m.along()[0] else None)
         mixed[name] = mixed[name].plus(r) if name in mixed else r
     return Spread(value, exact, mixed)
 

@@ -252,6 +252,9 @@ class GoldenPass:
                                               rhs[a - start:b - start])
                             for name in group:
                                 acc[name][o].add((seg,), b - a)
+                # a plan's operands ([rows, N] each for attention, 268 MB in FP64 at N = 32768) go
+                # before the next plan's chunk is evaluated, and before the block is yielded
+                result = lhs = rhs = None
             yield RowBlock(start, stop, rows, row_terms)
 
         for name, sched in self.layers.items():

@@ -49,8 +49,9 @@ def _forward_global(ops, s, vt):
     m = ops.max(s, -1)
     p = ops.exp(s - m)
     l = ops.sum(p, -1)
-    o = ops.matmul(ops.store("p", p, rescaled=True), vt.t()) / l
-    return o, m + ops.log(l)
+    p_stored = ops.store("p", p, rescaled=True)
+    o = ops.matmul(p_stored, vt.t()) / l
+    return o, m + ops.log(l), (p_stored, l)
 
 
 def _forward_online(ops, s, vt, block: int):
@@ -67,7 +68,22 @@ def _forward_online(ops, s, vt, block: int):
         l = alpha * l + pj.sum(-1, keepdim=True)
         acc = alpha * acc + ops.store("p", pj, rescaled=True) @ vt[:, j:j + block].t()
         m = m_new
-    return acc / l, m + torch.log(l)
+    return acc / l, m + torch.log(l), None
+
+
+def _delta(ops, do, o, dp, forward_p):
+    """delta = rowsum(dO * O), O at the ``o_in`` point. With the forward's stored P~ and its l
+    (the global forward) it is written as rowsum(P~ dP) / l plus rowsum(dO * (O at o_in - O)): the
+    same value (O = P~ V / l, so rowsum(dO * O) = rowsum(P~ (dO V^T)) / l), in the form whose
+    rounding model sees each stored P~_ij once, times dP_ij. Through O the model would see them
+    only as O's D columns' spreads, which share those roundings, and add them as if correlated:
+    at M1025-N1024-D128-unit that made dq's modelled spread 7 times the legitimate kernels'
+    errors (their errors / the model's sd: standard deviation 0.145, largest 1.07)."""
+    if forward_p is None:       # the online forward (a golden's replay, no rounding model)
+        return ops.sum(do * ops.store("o_in", o), -1)
+    p_stored, l = forward_p
+    o_value = ops.value(o)
+    return ops.sum(p_stored * dp, -1) / l + ops.sum(do * (ops.store("o_in", o_value) - o_value), -1)
 
 
 def attention(ops, t, causal: bool = False):
@@ -76,11 +92,11 @@ def attention(ops, t, causal: bool = False):
     q, kt, vt, do = t["q"], t["kt"], t["vt"], t["do"]
     s = _scores(ops, t, causal)
     block = ops.loop("key")
-    o, lse = _forward_global(ops, s, vt) if block is None else _forward_online(ops, s, vt, block)
+    o, lse, forward_p = _forward_global(ops, s, vt) if block is None else _forward_online(ops, s, vt, block)
     p = ops.exp(s - lse)
     p_stored = ops.store("p_bwd", p)
     dp = ops.matmul(do, vt)
-    delta = ops.sum(do * ops.store("o_in", o), -1)
+    delta = _delta(ops, do, o, dp, forward_p)
     ds = ops.store("ds", p * (dp - delta))
     scale = 1 / _math.sqrt(ops.value(q).shape[1])
     dq = ops.matmul(ds, kt.t()) * scale

@@ -152,3 +152,36 @@ def test_the_fitted_scales_variance_matches_monte_carlo_through_shared_roundings
     for derived, inputs, output in cases:
         model, mc = _scale_numerator_variance(derived, inputs, output)
         assert 0.8 < mc / model < 1.2, (output, mc / model)
+
+
+class _PerturbedAttentionOps(_PerturbedOps):
+    """The Monte-Carlo's ops for attention's math: its P~ store is a plain one here (the model
+    allows more, any running max's binade) and it takes logs."""
+
+    def store(self, name, x, rescaled=False):
+        return super().store(name, x)
+
+    log = staticmethod(torch.log)
+
+
+def test_a_per_row_error_broadcast_over_the_keys_is_not_averaged_away():
+    """Attention's delta = rowsum(dO * O) carries one error per query row (O's stores); dS = P (dP
+    - delta) repeats it for every key and dQ = dS K sums it over the keys: the same error in every
+    term. At the cancellation profile (dP - delta is 1% of dP) it dominates dQ's error. The model
+    must not add the copies in quadrature: per element its variance is not below half the
+    Monte-Carlo's (200 trials: largest Monte-Carlo / model 0.66; adding the copies in quadrature
+    left the model 10x below at one element of this case). It adds them by |P K|, where the true
+    error sums P K with its signs: over the output its variance is 11x the Monte-Carlo's (0.092),
+    and the test keeps it within 20x."""
+    from operators.attention import DERIVED as ATTENTION
+    from operators.attention.profiles import SCALES as ATTENTION_SCALES
+    inputs = _bf16(ATTENTION_SCALES["cancellation"](torch.Generator().manual_seed(2), 16, 64, 32))
+    exact64 = {k: v.double() for k, v in inputs.items()}
+    ref = ATTENTION.evaluate(TensorOps(_Fp64Plan()), exact64)[0]["dq"]
+    gen = torch.Generator().manual_seed(7)
+    errs = torch.stack([ATTENTION.evaluate(_PerturbedAttentionOps(gen), exact64)[0]["dq"] - ref for _ in range(200)])
+    mc = errs.square().mean(0)
+    spread = ATTENTION.evaluate(SpreadOps, spread_inputs(inputs))[0]["dq"]
+    model = spread.variance() - spread.mixed[propagation.MATH].sd.square().expand(spread.shape)
+    assert float((mc / model).max()) < 2.0, float((mc / model).max())
+    assert float(mc.sum() / model.sum()) > 0.05, float(mc.sum() / model.sum())
