@@ -23,6 +23,8 @@ the diagnosis layers (``diagnose=False``), which the verdict does not read;
     python benchmarks/false_alarms.py                       # 200 seeds, markdown table on stdout
     python benchmarks/false_alarms.py --seeds 20 --json out.json
     python benchmarks/false_alarms.py --operator attention --seeds 100 --json a.json   # attention's
+    python benchmarks/false_alarms.py --acceptance-case --first-seed 1 --seeds 2 \
+        --kernels torch-eager,tiled_emulation_hardened,tiled_dx_products_bf16    # the article's case
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ from accuracy.compare import REFERENCE, compare_case                     # noqa:
 from accuracy.gate import Verdict, gated_verdicts                        # noqa: E402
 from cases import expectations                                           # noqa: E402
 from cases.evaluate import declared_schedule                             # noqa: E402
-from cases.matrix import quick_cases                                     # noqa: E402
+from cases.matrix import acceptance_case, quick_cases                    # noqa: E402
 from cases.spec import CaseSpec, make_inputs                             # noqa: E402
 from contract.operator import Operator                                   # noqa: E402
 from contract.schedule import TiledSchedule                              # noqa: E402
@@ -146,12 +148,20 @@ def scale_excess(metrics: Mapping) -> float | None:
 
 
 def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | None = None,
-          checkpoint=None, operator: str = "swiglu_backward") -> dict:
-    """Runs the sweep; returns records of the correct backends, catches of the mutants, timings."""
+          checkpoint=None, operator: str = "swiglu_backward", acceptance: bool = False,
+          kernels: Sequence[str] | None = None) -> dict:
+    """Runs the sweep; returns records of the correct backends, catches of the mutants, timings.
+    ``acceptance``: the operator's acceptance case instead of the small cases, the correct
+    backends only; ``kernels``: only these correct backends (by name)."""
     if operator in ATTENTION:
         os.environ["TRITON_INTERPRET"] = "1"     # the triton-flash backend in triton's interpreter
-    cases = small_cases(operator)
-    correct, mutants = correct_backends(operator), mutant_backends(operator)
+    cases = [acceptance_case(operators.get(operator))] if acceptance else small_cases(operator)
+    correct, mutants = correct_backends(operator), ([] if acceptance else mutant_backends(operator))
+    if kernels:
+        unknown = set(kernels) - {b.name for b in correct}
+        if unknown:
+            raise ValueError(f"no correct backend named {sorted(unknown)}; they are {[b.name for b in correct]}")
+        correct = [b for b in correct if b.name in kernels]
     known = expectations.load(operators.get(operator))
     facts = platform_facts.measure("cpu")
     records, catches = [], {b.name: {} for b in mutants}
@@ -296,6 +306,11 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
     parser.add_argument("--operator", default="swiglu_backward", choices=("swiglu_backward", *ATTENTION),
                         help="whose correct and wrong kernels (default: the SwiGLU backward's)")
+    parser.add_argument("--acceptance-case", action="store_true",
+                        help="the operator's acceptance case (SwiGLU: M=220000, minutes a seed), correct kernels only")
+    parser.add_argument("--kernels", default=None,
+                        help="comma-separated correct kernels to run (the acceptance case holds every kernel's "
+                             "outputs: six SwiGLU kernels need about 20 GB, three 10-18 GB)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     deadline = time.perf_counter() + args.budget_s if args.budget_s else None
@@ -313,8 +328,13 @@ def main(argv=None) -> int:
             tmp.write_text(json.dumps(to_json(res), default=str))
             tmp.replace(args.json)
 
-    res = study(args.seeds, first_seed=args.first_seed, progress=progress, deadline=deadline, checkpoint=checkpoint,
-                operator=args.operator)
+    try:
+        res = study(args.seeds, first_seed=args.first_seed, progress=progress, deadline=deadline,
+                    checkpoint=checkpoint, operator=args.operator, acceptance=args.acceptance_case,
+                    kernels=args.kernels.split(",") if args.kernels else None)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(table(res))
     return 0
 
