@@ -61,8 +61,8 @@ FUNCTION_ULPS = 4
 @dataclass
 class Mixed:
     """A point's errors after a reduction mixed them: per element a standard deviation and a worst
-    case, and per dimension whether the elements along it are independent (False: one variable
-    broadcast, or shared by a matmul's outputs)."""
+    case, per dimension whether the elements along it are independent (False: shared by a
+    matmul's outputs), and along which dimensions the value was broadcast from one element."""
     sd: torch.Tensor
     worst: torch.Tensor
     independent: tuple[bool, ...]
@@ -91,8 +91,7 @@ class Mixed:
         """The same point's channel arriving along two paths: standard deviations add (Cauchy-Schwarz)."""
         broadcast = tuple(a or b for a, b in zip(self.along(), other.along()))
         return Mixed(self.sd + other.sd, self.worst + other.worst,
-                     tuple(a and b for a, b in zip(self.independent, other.independent)),
-                     broadcast if any(broadcast) else None)
+                     tuple(a and b for a, b in zip(self.independent, other.independent)), broadcast)
 
 
 def _dims(shape) -> int:
@@ -330,7 +329,7 @@ def _reduce_mixed(m: Mixed, shape: tuple, dim: int) -> Mixed:
     else:
         sd = sd.sum(dim, keepdim=True)
     broadcast = tuple(b and i != dim for i, b in enumerate(m.along()))
-    return Mixed(sd, worst.sum(dim, keepdim=True), m.independent, broadcast if any(broadcast) else None)
+    return Mixed(sd, worst.sum(dim, keepdim=True), m.independent, broadcast)
 
 
 def sum_over(a: Spread, dim: int) -> Spread:
@@ -400,7 +399,7 @@ def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
     for name, m in a.mixed.items():
         sd, worst = _expand(m.sd, shape), _expand(m.worst, shape)
         sd = (sd.square() @ w_sq).sqrt() if m.independent[1] and not m.along()[1] else sd @ w_abs
-        r = Mixed(sd, worst @ w_abs, (m.independent[0], False), (m.along()[0], False) if m.along()[0] else None)
+        r = Mixed(sd, worst @ w_abs, (m.independent[0], False), (m.along()[0], False))
         mixed[name] = mixed[name].plus(r) if name in mixed else r
     return Spread(value, exact, mixed)
 

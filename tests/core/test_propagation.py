@@ -62,12 +62,13 @@ class _PerturbedOps(TensorOps):
     rsqrt, sqrt = staticmethod(torch.rsqrt), staticmethod(torch.sqrt)
 
 
-def _monte_carlo(derived, inputs, output, trials=200):
-    """(model variance, Monte-Carlo variance, Monte-Carlo max |error|) of a row output, per element."""
+def _monte_carlo(derived, inputs, output, trials=200, perturbed=_PerturbedOps):
+    """(model variance, Monte-Carlo variance, Monte-Carlo max |error|) of a row output, per element
+    (``perturbed``: the Monte-Carlo's ops class, given the generator)."""
     exact64 = {k: v.double() for k, v in inputs.items()}
     ref = derived.evaluate(TensorOps(_Fp64Plan()), exact64)[0][output]
     gen = torch.Generator().manual_seed(7)
-    errs = torch.stack([derived.evaluate(_PerturbedOps(gen), exact64)[0][output] - ref for _ in range(trials)])
+    errs = torch.stack([derived.evaluate(perturbed(gen), exact64)[0][output] - ref for _ in range(trials)])
     spread = derived.evaluate(SpreadOps, spread_inputs(inputs))[0][output]
     # the model's FP32 math is left out: the Monte-Carlo runs in FP64
     model = spread.variance() - (spread.mixed[propagation.MATH].sd.square().expand(spread.shape)
@@ -176,12 +177,6 @@ def test_a_per_row_error_broadcast_over_the_keys_is_not_averaged_away():
     from operators.attention import DERIVED as ATTENTION
     from operators.attention.profiles import SCALES as ATTENTION_SCALES
     inputs = _bf16(ATTENTION_SCALES["cancellation"](torch.Generator().manual_seed(2), 16, 64, 32))
-    exact64 = {k: v.double() for k, v in inputs.items()}
-    ref = ATTENTION.evaluate(TensorOps(_Fp64Plan()), exact64)[0]["dq"]
-    gen = torch.Generator().manual_seed(7)
-    errs = torch.stack([ATTENTION.evaluate(_PerturbedAttentionOps(gen), exact64)[0]["dq"] - ref for _ in range(200)])
-    mc = errs.square().mean(0)
-    spread = ATTENTION.evaluate(SpreadOps, spread_inputs(inputs))[0]["dq"]
-    model = spread.variance() - spread.mixed[propagation.MATH].sd.square().expand(spread.shape)
+    model, mc, _, _ = _monte_carlo(ATTENTION, inputs, "dq", perturbed=_PerturbedAttentionOps)
     assert float((mc / model).max()) < 2.0, float((mc / model).max())
     assert float(mc.sum() / model.sum()) > 0.05, float(mc.sum() / model.sum())

@@ -21,11 +21,11 @@ def run_matrix(results: Path, operator: str, *args: str) -> tuple[subprocess.Com
     return proc, (json.loads(files[-1].read_text()) if files else {"records": [], "manifest": {}})
 
 
-def in_process(cases, backends) -> list[dict]:
+def in_process(cases, backends, device: str = "cpu") -> list[dict]:
     """The records of ``backends`` at ``cases``, evaluated in this process as the matrix does."""
     records = []
     for spec in cases:
-        outcome = evaluate_case(spec, backends)
+        outcome = evaluate_case(spec, backends, device=device)
         assert outcome.error is None, outcome.error
         for b in backends:
             records += records_for(outcome, b.name)

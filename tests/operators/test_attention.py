@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import operators
-from cases.evaluate import evaluate_case, records_for
 from cases.matrix import parse_case, quick_cases
 from cases.spec import CaseSpec, make_inputs
 from goldens.layers import bf16_faithful, fp64_ideal, tiled_emulation
@@ -115,13 +114,7 @@ def test_cuda_kernels_pass_the_small_quick_cases_on_a_gpu(name):
     backends = [resolve(op, n) for n in CUDA_BACKENDS]
     if importlib.util.find_spec("triton") is not None:
         backends.append(resolve(op, "triton-flash"))
-    records = []
-    for spec in cases:
-        outcome = evaluate_case(spec, backends, device="cuda")
-        assert outcome.error is None, outcome.error
-        for b in backends:
-            records += records_for(outcome, b.name)
-    cells = verdicts(records)
+    cells = verdicts(in_process(cases, backends, device="cuda"))
     for b in backends:
         for spec in cases:
             assert set(cells[(b.name, spec.id)].values()) == {"pass"}, (b.name, spec.id, cells[(b.name, spec.id)])
