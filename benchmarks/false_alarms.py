@@ -25,6 +25,10 @@ the diagnosis layers (``diagnose=False``), which the verdict does not read;
     python benchmarks/false_alarms.py --operator attention --seeds 100 --json a.json   # attention's
     python benchmarks/false_alarms.py --acceptance-case --first-seed 1 --seeds 2 \
         --kernels torch-eager,tiled_emulation_hardened,tiled_dx_products_bf16    # the article's case
+    python benchmarks/false_alarms.py --derived --seeds 100 --json d.json    # SwiGLU's derived gate
+
+``--derived``: the same sweep judged by the gate derived from the operator's math and rounding
+points (``operators/swiglu_backward/derived.py``, ``accuracy.derived``) in place of its hand model.
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import operators                                                         # noqa: E402
 from accuracy.compare import REFERENCE, compare_case                     # noqa: E402
@@ -56,6 +61,7 @@ from cases import expectations                                           # noqa:
 from cases.evaluate import declared_schedule                             # noqa: E402
 from cases.matrix import acceptance_case, quick_cases                    # noqa: E402
 from cases.spec import CaseSpec, make_inputs                             # noqa: E402
+from derived_vs_hand import DERIVED, derived_operator                    # noqa: E402
 from contract.operator import Operator                                   # noqa: E402
 from contract.schedule import TiledSchedule                              # noqa: E402
 from goldens.stream import DEFAULT_CHUNK_ROWS                            # noqa: E402
@@ -123,14 +129,15 @@ def lean_verdicts(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mapp
     return result
 
 
-def run_case(spec: CaseSpec, backends: Sequence[Backend]) -> dict:
-    """{backend: {"error": str} | {"verdicts": {output: (Verdict, metrics)}}} at one case."""
+def run_case(spec: CaseSpec, backends: Sequence[Backend], judge: Operator | None = None) -> dict:
+    """{backend: {"error": str} | {"verdicts": {output: (Verdict, metrics)}}} at one case;
+    ``judge``: the operator whose golden and gate judge it (default: the case's own)."""
     operator = spec.declaration
     inputs = make_inputs(spec)
     runs = {b.name: run_backend(operator, b, inputs) for b in backends}
     ok = {name: r.outputs for name, r in runs.items() if r.ok}
     schedules = {b.name: declared_schedule(operator, b) for b in backends if b.name in ok}
-    verdicts = lean_verdicts(inputs, ok, schedules, case=spec.id, operator=operator) if ok else {}
+    verdicts = lean_verdicts(inputs, ok, schedules, case=spec.id, operator=judge or operator) if ok else {}
     return {name: ({"verdicts": verdicts[name]} if name in verdicts else {"error": r.error or r.skipped})
             for name, r in runs.items()}
 
@@ -149,10 +156,11 @@ def scale_excess(metrics: Mapping) -> float | None:
 
 def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | None = None,
           checkpoint=None, operator: str = "swiglu_backward", acceptance: bool = False,
-          kernels: Sequence[str] | None = None) -> dict:
+          kernels: Sequence[str] | None = None, derived: bool = False) -> dict:
     """Runs the sweep; returns records of the correct backends, catches of the mutants, timings.
     ``acceptance``: the operator's acceptance case instead of the small cases, the correct
-    backends only; ``kernels``: only these correct backends (by name)."""
+    backends only; ``kernels``: only these correct backends (by name); ``derived``: judged by the
+    gate derived from the operator's math instead of its hand model."""
     if operator in ATTENTION:
         os.environ["TRITON_INTERPRET"] = "1"     # the triton-flash backend in triton's interpreter
     cases = [acceptance_case(operators.get(operator))] if acceptance else small_cases(operator)
@@ -163,6 +171,9 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
             raise ValueError(f"no correct backend named {sorted(unknown)}; they are {[b.name for b in correct]}")
         correct = [b for b in correct if b.name in kernels]
     known = expectations.load(operators.get(operator))
+    if derived and operator not in DERIVED:
+        raise ValueError(f"{operator} has no hand model beside its math: its gate is already the derived one")
+    judge = derived_operator(operators.get(operator)) if derived else None
     facts = platform_facts.measure("cpu")
     records, catches = [], {b.name: {} for b in mutants}
     first_case = {b.name: {} for b in mutants}
@@ -174,7 +185,7 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
         remaining = list(mutants)
         for base in cases:
             spec = replace(base, seed=seed)
-            result = run_case(spec, correct + remaining)
+            result = run_case(spec, correct + remaining, judge)
             for b in correct:
                 res = result[b.name]
                 if "error" in res:
@@ -210,7 +221,8 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
             progress(seed, time.perf_counter() - start)
         res = {"seeds": done, "cases": [c.id.rsplit("-s", 1)[0] for c in cases], "records": records,
                "catches": catches, "first_case": first_case, "seconds": time.perf_counter() - start,
-               "correct": [b.name for b in correct], "operator": operator}
+               "correct": [b.name for b in correct], "operator": operator,
+               "gate": "derived" if derived else "hand"}
         if checkpoint:
             checkpoint(res)
     return res
@@ -223,7 +235,7 @@ def _g(x) -> str:
 def table(res: dict) -> str:
     """Markdown: false alarms per correct backend x case, then catch rates per mutant."""
     summary = seed_stats.summarize(res["records"])
-    lines = [f"Seeds: {res['seeds']} per case; cases: {', '.join(res['cases'])}; "
+    lines = [f"Gate: {res.get('gate', 'hand')} allowances. Seeds: {res['seeds']} per case; cases: {', '.join(res['cases'])}; "
              f"{res['seconds']:.0f} s on this machine.", "",
              "### False alarms of correct kernels (the matrix's gate)", "",
              "| backend | case | seeds | failures (any output) | known, explained | Wilson 95% upper bound | "
@@ -277,11 +289,12 @@ def merge(parts: Sequence[dict]) -> dict:
     correct kernels the same (a seed counted twice, or a sweep of other cases, would be refused by
     nothing else and change the table's counts)."""
     res = {"seeds": 0, "cases": parts[0]["cases"], "records": [], "catches": {}, "first_case": {},
-           "seconds": 0.0, "correct": parts[0]["correct"]}
+           "seconds": 0.0, "correct": parts[0]["correct"], "gate": parts[0].get("gate", "hand")}
     seen: set = set()
     for i, part in enumerate(parts):
-        if part["cases"] != res["cases"] or part["correct"] != res["correct"]:
-            raise ValueError(f"sweep {i} ran other cases or correct kernels than sweep 0: not one table")
+        if part["cases"] != res["cases"] or part["correct"] != res["correct"] or \
+                part.get("gate", "hand") != res["gate"]:
+            raise ValueError(f"sweep {i} ran other cases, correct kernels or gate than sweep 0: not one table")
         seeds = {str(seed) for by_seed in part["catches"].values() for seed in by_seed}
         if seeds & seen:
             raise ValueError(f"sweep {i} repeats seeds {sorted(seeds & seen, key=int)[:10]}: each seed once")
@@ -308,6 +321,8 @@ def main(argv=None) -> int:
                         help="whose correct and wrong kernels (default: the SwiGLU backward's)")
     parser.add_argument("--acceptance-case", action="store_true",
                         help="the operator's acceptance case (SwiGLU: M=220000, minutes a seed), correct kernels only")
+    parser.add_argument("--derived", action="store_true",
+                        help="judge by the gate derived from the operator's math (accuracy.derived), not its hand model")
     parser.add_argument("--kernels", default=None,
                         help="comma-separated correct kernels to run (the acceptance case holds every kernel's "
                              "outputs: six SwiGLU kernels need about 20 GB, three 10-18 GB)")
@@ -331,7 +346,7 @@ def main(argv=None) -> int:
     try:
         res = study(args.seeds, first_seed=args.first_seed, progress=progress, deadline=deadline,
                     checkpoint=checkpoint, operator=args.operator, acceptance=args.acceptance_case,
-                    kernels=args.kernels.split(",") if args.kernels else None)
+                    kernels=args.kernels.split(",") if args.kernels else None, derived=args.derived)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
