@@ -270,13 +270,11 @@ class DerivedTermSums(ReductionTermSums):
         if path == next(iter(self._row_num[output])):
             self._den[output] = self._den.get(output, 0.0) + dot64(exact, exact)
 
-    def add_path_operand(self, output: str, path: str, lhs: torch.Tensor | None, err: torch.Tensor) -> None:
-        part = err.sum(0, keepdim=True) if lhs is None else lhs.t() @ err
+    def add_path_operand(self, output: str, path: str, part: torch.Tensor) -> None:
+        """A path's operand errors of some rows summed over them (``operand_error_sum``); ``part``
+        may be shared with other paths whose operand is the same, so it is never added to in place."""
         sums = self._err_sums.setdefault(output, {})
-        if path in sums:
-            sums[path] += part
-        else:
-            sums[path] = part
+        sums[path] = sums[path] + part if path in sums else part
 
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
         """The largest |fitted scale| a legitimate path's roundings give ``output`` on this data, not
@@ -483,6 +481,40 @@ class DerivedMath(_Frozen):
         return rows, operands
 
 
+def operand_error_sum(lhs: torch.Tensor | None, err: torch.Tensor) -> torch.Tensor:
+    """A reduction's operand errors over some rows summed as the reduction sums its operand: the
+    rows of ``err`` (a sum over M), or lhs^T err (a contraction)."""
+    return err.sum(0, keepdim=True) if lhs is None else lhs.t() @ err
+
+
+class _Memo:
+    """Results keyed by tensors compared by value: a computation whose arguments equal an earlier
+    one's (element for element, same shape and dtype) returns the earlier result."""
+
+    def __init__(self):
+        self._seen: list[tuple[tuple[torch.Tensor, ...], object]] = []
+
+    def get(self, args: tuple[torch.Tensor, ...], compute: Callable[[], object]):
+        for key, result in self._seen:
+            if all(a.shape == k.shape and a.dtype == k.dtype and torch.equal(a, k) for a, k in zip(args, key)):
+                return result
+        result = compute()
+        self._seen.append((args, result))
+        return result
+
+
+class _PathOps(TensorOps):
+    """A bias path's ``ops``: its plan's golden, with the matmuls of the paths before it reused
+    where their operands are the same values (the paths of one piece share ``matmuls``)."""
+
+    def __init__(self, plan, matmuls: _Memo):
+        super().__init__(plan)
+        self._matmuls = matmuls
+
+    def matmul(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self._matmuls.get((a, b), lambda: a @ b)
+
+
 def _rows_into(whole: torch.Tensor | None, part: torch.Tensor, first: int, count: int) -> torch.Tensor:
     """``part`` (rows ``first`` onward of a chunk of ``count`` rows) written into ``whole``, the
     chunk's tensor, made at the first part; a part that is the whole chunk is kept as it is."""
@@ -591,16 +623,23 @@ class _Golden(_Frozen):
         paths' bias) judges the direction alone."""
         f32 = {k: v.float() for k, v in inputs64.items()}
         counts: dict = {}
+        # the paths differ in a point or two: most of a path's matmuls and operands are another's
+        # (SwiGLU: dg_in is the same in 5 of its 8 paths), computed once per piece
+        matmuls = _Memo()
+        operand_sums = {o: _Memo() for o in exact_operands}
         for path, plan in self.derived.bias_paths().items():
-            values, operands = self.derived.evaluate(TensorOps(plan), f32)
+            values, operands = self.derived.evaluate(_PathOps(plan, matmuls), f32)
             for o, v in values.items():
                 exact = torch.where(torch.isfinite(exact_rows[o]), exact_rows[o], 0.0)
                 err = torch.nan_to_num(round_to(v, torch.bfloat16).double() - exact_rows[o], 0.0, 0.0, 0.0)
                 terms.add_path_rows(o, path, err, exact)
                 counts[(o, path)] = direction_counts(err, exact, bf16_spacing(exact))
             for o, (lhs, rhs) in operands.items():
-                err = torch.nan_to_num(rhs.double() - exact_operands[o][1].double(), 0.0, 0.0, 0.0)
-                terms.add_path_operand(o, path, None if lhs is None else exact_operands[o][0].double(), err)
+                lhs64 = None if lhs is None else exact_operands[o][0].double()
+                part = operand_sums[o].get(
+                    (rhs,), lambda: operand_error_sum(lhs64, torch.nan_to_num(
+                        rhs.double() - exact_operands[o][1].double(), 0.0, 0.0, 0.0)))
+                terms.add_path_operand(o, path, part)
         return counts
 
 

@@ -75,8 +75,8 @@ class Mixed:
     def along(self) -> tuple[bool, ...]:
         return self.broadcast or (False,) * len(self.independent)
 
-    def scaled(self, c: torch.Tensor) -> "Mixed":
-        a = c.abs()
+    def scaled(self, c: torch.Tensor, c_abs: torch.Tensor | None = None) -> "Mixed":
+        a = c.abs() if c_abs is None else c_abs
         return Mixed(self.sd * a, self.worst * a, self.independent, self.broadcast)
 
     def broadcast_to(self, shape) -> "Mixed":
@@ -109,6 +109,10 @@ class Spread:
     value: torch.Tensor
     exact: dict = field(default_factory=dict)     # name -> (coef tensor, source shape)
     mixed: dict = field(default_factory=dict)     # name -> Mixed
+    # the totals below, computed once: a Spread is not changed after it is made (every operation
+    # makes a new one), and the math reads a value's worst case several times (exp's second-order
+    # term and its argument's, a product's two factors, the gate's totals)
+    _totals: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def shape(self):
@@ -116,33 +120,40 @@ class Spread:
 
     # --- totals
     def variance(self) -> torch.Tensor:
-        v = torch.zeros(self.shape, dtype=torch.float64)
-        for coef, _ in self.exact.values():
-            v = v + coef.square() / 3
-        for m in self.mixed.values():
-            v = v + m.sd.square()
-        return _expand(v, self.shape)
+        if "variance" not in self._totals:
+            v = torch.zeros(self.shape, dtype=torch.float64)
+            for coef, _ in self.exact.values():
+                v = v + coef.square() / 3
+            for m in self.mixed.values():
+                v = v + m.sd.square()
+            self._totals["variance"] = _expand(v, self.shape)
+        return self._totals["variance"]
 
     def worst_by_point(self) -> dict[str, torch.Tensor]:
-        out: dict[str, torch.Tensor] = {}
-        for name, (coef, _) in self.exact.items():
-            out[name] = _expand(coef.abs(), self.shape)
-        for name, m in self.mixed.items():
-            out[name] = out.get(name, 0) + _expand(m.worst, self.shape)
-        return out
+        if "by_point" not in self._totals:
+            out: dict[str, torch.Tensor] = {}
+            for name, (coef, _) in self.exact.items():
+                out[name] = _expand(coef.abs(), self.shape)
+            for name, m in self.mixed.items():
+                out[name] = out.get(name, 0) + _expand(m.worst, self.shape)
+            self._totals["by_point"] = out
+        return dict(self._totals["by_point"])
 
     def worst(self) -> torch.Tensor:
-        w = torch.zeros(self.shape, dtype=torch.float64)
-        for part in self.worst_by_point().values():
-            w = w + part
-        return w
+        if "worst" not in self._totals:
+            w = torch.zeros(self.shape, dtype=torch.float64)
+            for part in self.worst_by_point().values():
+                w = w + part
+            self._totals["worst"] = w
+        return self._totals["worst"]
 
     # --- linear maps of the error
     def scaled(self, c: torch.Tensor, value: torch.Tensor) -> "Spread":
         """The error times c (element-wise, broadcast), carried to a new ``value``."""
         shape = tuple(value.shape)
+        c_abs = c.abs() if self.mixed else None
         return Spread(value, {k: (coef * c, src) for k, (coef, src) in self.exact.items()},
-                      {k: m.broadcast_to(shape).scaled(c) for k, m in self.mixed.items()})
+                      {k: m.broadcast_to(shape).scaled(c, c_abs) for k, m in self.mixed.items()})
 
     def merged(self, other: "Spread", value: torch.Tensor) -> "Spread":
         shape = tuple(value.shape)
