@@ -11,8 +11,10 @@ operator's hand model, and with the golden, gate and schedules derived from its 
 (``operators.<name>.derived``). The derived gate has no own-upstream checks (SwiGLU's db, dw,
 dx recomputed from its own dg, dfc): a verdict that only those made is listed apart.
 
-Printed: per backend, the outputs failed under each model, and every (case, output) whose
-verdict differs.
+Printed: per backend, the outputs failed under each model, every (case, output) whose verdict
+differs, and the detection floors of the first correct backend's cells under each (the smallest
+uniform relative error the element-wise test fails, and the fitted scale's threshold, in units of
+the operator's rtol; ``benchmarks/cell_floors.py`` reads the same metrics from a run).
 
     python benchmarks/derived_verdicts.py --seeds 3
     python benchmarks/derived_verdicts.py --first-seed 1 --seeds 4 --correct-only
@@ -34,6 +36,7 @@ import operators  # noqa: E402
 from cases.evaluate import declared_schedule  # noqa: E402
 from cases.matrix import quick_cases  # noqa: E402
 from cases.spec import make_inputs  # noqa: E402
+from accuracy.tolerances import ACCEPTANCE_RTOL  # noqa: E402
 from derived_vs_hand import DERIVED, derived_operator  # noqa: E402
 from false_alarms import correct_backends, lean_verdicts, mutant_backends  # noqa: E402
 from kernels.registry import Backend, resolve  # noqa: E402
@@ -79,6 +82,7 @@ def main(argv=None) -> int:
             wrong = []
         failed = {b.name: {"hand": set(), "derived": set()} for b in correct + wrong}
         differ = []
+        floors = {}     # (case, output) -> {model: (element-wise floor, fitted-scale floor)} of correct[0]
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for base in cases_of(op):
                 spec = replace(base, seed=seed)
@@ -88,6 +92,9 @@ def main(argv=None) -> int:
                 scheds = {b.name: declared_schedule(op, b) for b in correct + wrong if b.name in ok}
                 hand = lean_verdicts(inputs, ok, scheds, case=spec.id, operator=op)
                 auto = lean_verdicts(inputs, ok, scheds, case=spec.id, operator=derived)
+                for model, verdicts in (("hand", hand), ("derived", auto)):
+                    for o, (_, metrics) in verdicts.get(correct[0].name, {}).items():
+                        floors.setdefault((spec.id, o), {})[model] = _floors(metrics)
                 for b in ok:
                     for o, (v, _) in hand[b].items():
                         d = auto[b][o][0]
@@ -109,7 +116,40 @@ def main(argv=None) -> int:
         print(f"\n{len(differ)} verdicts differ:\n")
         for row in differ:
             print("- " + " | ".join(row))
+        print(floor_table(floors, correct[0].name))
     return 0
+
+
+def _floors(metrics) -> tuple:
+    """(element-wise detection floor, fitted-scale threshold) in units of rtol, None where absent."""
+    floor = metrics.get("detection_floor")
+    scale = (metrics.get("aggregate") or {}).get("scale_allowed")
+    return tuple(None if x is None else x / ACCEPTANCE_RTOL for x in (floor, scale))
+
+
+def floor_table(floors: dict, backend: str) -> str:
+    """Per output the largest derived / hand ratio of each floor over the cells and seeds, and the
+    cells where a derived floor is more than 10% above the hand one."""
+    worst: dict = {}
+    above = []
+    for (case, o), by_model in sorted(floors.items()):
+        if set(by_model) != {"hand", "derived"}:
+            continue
+        for i, kind in enumerate(("element-wise", "fitted scale")):
+            h, d = by_model["hand"][i], by_model["derived"][i]
+            if h is None or d is None or h <= 0:
+                continue
+            ratio = d / h
+            key = (o, kind)
+            worst[key] = max(worst.get(key, (0.0, None, None, None)), (ratio, case, h, d))
+            if ratio > 1.1:
+                above.append(f"- {case} {o} {kind}: hand {h:.3g}, derived {d:.3g} rtol ({ratio:.2f}x)")
+    lines = [f"\n### Detection floors of {backend}'s cells, derived / hand (rtol units)\n",
+             "| output | floor | largest ratio | at | hand | derived |", "|---|---|---|---|---|---|"]
+    for (o, kind), (ratio, case, h, d) in sorted(worst.items()):
+        lines.append(f"| {o} | {kind} | {ratio:.3f} | {case} | {h:.3g} | {d:.3g} |")
+    lines.append(f"\n{len(above)} cells with a derived floor more than 10% above the hand one" + (":" if above else "."))
+    return "\n".join(lines + above)
 
 
 if __name__ == "__main__":
