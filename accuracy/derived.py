@@ -93,10 +93,13 @@ class TensorOps:
 
     def __init__(self, plan):
         self.plan = plan
+        self.rescaled: set[str] = set()     # the points the math stores rescaled
 
     def store(self, name: str, x: torch.Tensor, rescaled: bool = False) -> torch.Tensor:
         """x as the plan stores it at ``name`` (``rescaled``: a kernel may store x times a factor
         it divides out later; the golden rounds x itself, the model allows the factor's binade)."""
+        if rescaled:
+            self.rescaled.add(name)
         return round_to(x, self.plan.rounding(name))
 
     @staticmethod
@@ -255,7 +258,9 @@ class DerivedTermSums(ReductionTermSums):
 
     def __init__(self, bias_floor: float = 0.0):
         super().__init__()
-        self.bias_floor = bias_floor  # under every output's bias where the paths miss combinations
+        self.bias_floor = bias_floor  # under an output's bias where the paths miss combinations
+        self.reach: dict[str, frozenset] = {}      # output -> the points whose roundings reach it
+        self.rescaled: set[str] = set()            # points a kernel may store rescaled
         self.worst: dict[str, torch.Tensor] = {}
         self._row_num: dict = {}      # row output -> path -> [per-row numerators of each chunk]
         self._col_num: dict = {}      # row output -> path -> per-column numerator
@@ -276,10 +281,25 @@ class DerivedTermSums(ReductionTermSums):
         sums = self._err_sums.setdefault(output, {})
         sums[path] = sums[path] + part if path in sums else part
 
+    def note_reach(self, output: str, points: set[str], rescaled: set[str]) -> None:
+        """The points whose roundings reach ``output`` (from its rounding model) and those a kernel
+        may store rescaled, over the pieces seen so far."""
+        self.reach[output] = self.reach.get(output, frozenset()) | frozenset(points)
+        self.rescaled |= rescaled
+
+    def floor(self, output: str) -> float:
+        """``bias_floor`` where the bias paths miss combinations of the points reaching ``output``:
+        none stored, all, and each alone are every combination of two points (SwiGLU's dg is
+        reached by dy*fc alone, its db_g by dy*fc and dg_in), not of three (its dx, by six); a
+        rescaled store's bias depends on a factor no path takes. 0 where they are every one."""
+        reach = self.reach.get(output)
+        covered = reach is not None and len(reach) <= 2 and not (reach & self.rescaled)
+        return 0.0 if covered else self.bias_floor
+
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
         """The largest |fitted scale| a legitimate path's roundings give ``output`` on this data, not
-        below ``bias_floor``."""
-        return max(self.bias_floor, self._path_bias(output, exact))
+        below its ``floor``."""
+        return max(self.floor(output), self._path_bias(output, exact))
 
     def _path_bias(self, output: str, exact: torch.Tensor | None) -> float:
         if output in self._row_num:
@@ -358,6 +378,13 @@ def _per_row(group_var: torch.Tensor, rows: int) -> torch.Tensor:
     if group_var.shape[0] == rows:
         return group_var.reshape(rows, -1).sum(1)
     return group_var.sum().expand(rows) / rows
+
+
+def _points_in(s) -> set[str]:
+    """The rounding points whose errors a value carries (none for a value without a model)."""
+    if not isinstance(s, Spread):
+        return set()
+    return (set(s.exact) | set(s.mixed)) - {MATH, SECOND_ORDER}
 
 
 def shared_points(s: Spread) -> set[str]:
@@ -532,9 +559,9 @@ class _Golden(_Frozen):
     def __init__(self, derived: DerivedMath):
         self.derived = derived
         # the bias paths (none stored, all, each alone) are every combination of up to two points;
-        # with more, a kernel storing some but not all of them takes a path none of them is (a
-        # SwiGLU kernel storing dg and dfc for dx but not dx's products), whose bias is not
-        # computed: the measured constant stays under the computed ones (allowance.SCALE_BIAS)
+        # an output reached by more takes paths none of them is (a SwiGLU kernel storing dg and
+        # dfc for dx but not dx's products), whose bias is not computed: the measured constant
+        # stays under the computed ones there (allowance.SCALE_BIAS, ``DerivedTermSums.floor``)
         self.bias_floor = 0.0 if len(derived.points) <= 2 else allowance.SCALE_BIAS
         self._freeze()
 
@@ -589,11 +616,17 @@ class _Golden(_Frozen):
         the parts of the blocks these rows are in, summed over them) and each legitimate path's
         direction counts."""
         inputs = {**rows, **weights}
-        values, operands = self.derived.evaluate(TensorOps(plan), inputs)
+        ops = TensorOps(plan)
+        values, operands = self.derived.evaluate(ops, inputs)
+        rescaled = ops.rescaled
         piece = {"values": values, "operands": operands}
         if terms is None:
             return piece
         spreads, spread_operands = self.derived.evaluate(SpreadOps, spread_inputs(inputs))
+        for o, sp in spreads.items():
+            terms.note_reach(o, _points_in(sp), rescaled)
+        for o, (lhs, rhs) in spread_operands.items():
+            terms.note_reach(o, _points_in(lhs) | _points_in(rhs), rescaled)
         piece["spreads"] = {}
         if want_rows:
             exact_shared = shared_variance(self.derived, inputs, values,
