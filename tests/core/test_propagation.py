@@ -180,3 +180,18 @@ def test_a_per_row_error_broadcast_over_the_keys_is_not_averaged_away():
     model, mc, _, _ = _monte_carlo(ATTENTION, inputs, "dq", perturbed=_PerturbedAttentionOps)
     assert float((mc / model).max()) < 2.0, float((mc / model).max())
     assert float(mc.sum() / model.sum()) > 0.05, float(mc.sum() / model.sum())
+
+
+def test_a_saturated_sigmoid_carries_no_function_error():
+    """Where sigmoid's FP32 value is 1 every real form returns exactly 1, so the model allows no
+    function ulps there (x (1 - s) in SiLU's derivative would carry them times x)."""
+    from accuracy.propagation import SpreadOps, Spread
+    x = torch.tensor([2.0, 17.0, 18.0, 3.4e5], dtype=torch.float64)
+    x32 = x.float()
+    forms = {"torch": torch.sigmoid(x32), "reciprocal": 1 / (1 + torch.exp(-x32)),
+             "tanh": (1 + torch.tanh(x32 / 2)) / 2}
+    for name, s in forms.items():
+        assert bool((s[2:] == 1.0).all()), name
+    worst = SpreadOps.sigmoid(Spread(x)).worst()
+    assert bool((worst[2:] == 0).all())
+    assert bool((worst[:2] > 0).all())       # below saturation: 4 ulps of s
