@@ -1,4 +1,4 @@
-"""The fitted scale's bias constant under the derived model: only where the bias paths (none
+"""The derived model's bias paths: the constant under them only where they (none
 stored, all, each alone) miss combinations of the points that reach an output."""
 from __future__ import annotations
 
@@ -40,3 +40,28 @@ def test_a_rescaled_point_keeps_the_constant():
     assert terms.floor("o") == SCALE_BIAS
     # dV^T by the backward's P alone, stored as computed from LSE: no constant
     assert terms.reach["dvt"] == {"p_bwd"} and terms.floor("dvt") == 0.0
+
+
+def test_paths_share_a_result_only_for_equal_operands_and_never_add_into_it():
+    from accuracy.derived import DerivedTermSums, _Memo
+    memo, calls = _Memo(), []
+    a = torch.arange(6.0).reshape(2, 3)
+
+    def compute(x):
+        calls.append(1)
+        return x * 2
+
+    first = memo.get((a,), lambda: compute(a))
+    assert memo.get((a.clone(),), lambda: compute(a)) is first and len(calls) == 1   # equal values
+    other = a.clone()
+    other[1, 2] += 2.0 ** -20
+    assert memo.get((other,), lambda: compute(other)) is not first and len(calls) == 2
+    assert memo.get((a.double(),), lambda: compute(a.double())) is not first       # another dtype
+    # a part shared by two paths: each path's sum is its own
+    terms = DerivedTermSums()
+    part = torch.ones(1, 3)
+    terms.add_path_operand("db", "fp32", part)
+    terms.add_path_operand("db", "all stored", part)
+    terms.add_path_operand("db", "fp32", part)
+    assert terms._err_sums["db"]["fp32"].tolist() == [[2.0, 2.0, 2.0]]
+    assert terms._err_sums["db"]["all stored"].tolist() == [[1.0, 1.0, 1.0]] and part.tolist() == [[1.0, 1.0, 1.0]]
