@@ -21,17 +21,22 @@ from accuracy.tolerances import ACCEPTANCE_RTOL   # noqa: E402
 from runs.results import load_records             # noqa: E402
 
 
+def metric_floors(metrics: dict) -> tuple[float | None, float | None]:
+    """A cell's (element-wise detection floor, fitted scale's threshold) in units of rtol, None
+    where its metrics have none."""
+    floor = metrics.get("detection_floor")
+    scale = (metrics.get("aggregate") or {}).get("scale_allowed")
+    return tuple(None if x is None else x / ACCEPTANCE_RTOL for x in (floor, scale))
+
+
 def floors(records: list[dict], backend: str) -> list[dict]:
     rows = []
     for r in records:
         if r.get("backend") != backend or r.get("golden") != "reference" or not r.get("gated"):
             continue
-        m = r.get("metrics") or {}
-        floor = m.get("detection_floor")
-        scale = (m.get("aggregate") or {}).get("scale_allowed")
+        elementwise, scale = metric_floors(r.get("metrics") or {})
         rows.append({"case": r["case"], "output": r["output"],
-                     "elementwise_rtol": None if floor is None else floor / ACCEPTANCE_RTOL,
-                     "fitted_scale_rtol": None if scale is None else scale / ACCEPTANCE_RTOL})
+                     "elementwise_rtol": elementwise, "fitted_scale_rtol": scale})
     return sorted(rows, key=lambda x: (x["case"], x["output"]))
 
 

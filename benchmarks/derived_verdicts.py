@@ -36,7 +36,7 @@ import operators  # noqa: E402
 from cases.evaluate import declared_schedule  # noqa: E402
 from cases.matrix import quick_cases  # noqa: E402
 from cases.spec import make_inputs  # noqa: E402
-from accuracy.tolerances import ACCEPTANCE_RTOL  # noqa: E402
+from cell_floors import metric_floors  # noqa: E402
 from derived_vs_hand import DERIVED, derived_operator  # noqa: E402
 from false_alarms import correct_backends, lean_verdicts, mutant_backends  # noqa: E402
 from kernels.registry import Backend, resolve  # noqa: E402
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
                 auto = lean_verdicts(inputs, ok, scheds, case=spec.id, operator=derived)
                 for model, verdicts in (("hand", hand), ("derived", auto)):
                     for o, (_, metrics) in verdicts.get(correct[0].name, {}).items():
-                        floors.setdefault((spec.id, o), {})[model] = _floors(metrics)
+                        floors.setdefault((spec.id, o), {})[model] = metric_floors(metrics)
                 for b in ok:
                     for o, (v, _) in hand[b].items():
                         d = auto[b][o][0]
@@ -118,13 +118,6 @@ def main(argv=None) -> int:
             print("- " + " | ".join(row))
         print(floor_table(floors, correct[0].name))
     return 0
-
-
-def _floors(metrics) -> tuple:
-    """(element-wise detection floor, fitted-scale threshold) in units of rtol, None where absent."""
-    floor = metrics.get("detection_floor")
-    scale = (metrics.get("aggregate") or {}).get("scale_allowed")
-    return tuple(None if x is None else x / ACCEPTANCE_RTOL for x in (floor, scale))
 
 
 def floor_table(floors: dict, backend: str) -> str:
