@@ -35,6 +35,7 @@ from accuracy import allowance
 from accuracy.bounds import unit_roundoff
 from accuracy.metrics import SLICE_ELEMENTS, ErrorStats, row_slices
 from accuracy.term_sums import accumulate, dot64
+from accuracy.threads import one_thread
 from accuracy.tile_drift import TileDriftRecorder
 from accuracy.tolerances import Tolerance, tolerances_for
 from contract.operator import ROUNDED_TERMS, Operator
@@ -144,21 +145,23 @@ def compare_case(operator: Operator, inputs: Mapping[str, torch.Tensor],
     on an unknown side of the final atol: ``ErrorStats.overflowed``), a second pass with the row
     outputs' rms known from the first; then the reductions over M, complete after the pass; then
     the records. ``progress``: told each pass's start (``stage(name)``) and its rows done
-    (``rows(done, m)``), e.g. ``cases.progress.CaseProgress``."""
-    args = dict(tolerances=tolerances, chunk_rows=chunk_rows, diagnose=diagnose)
-    comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=row_rms, **args)
-    if progress is not None:
-        progress.stage("goldens and comparison")
-    comparison.compare_rows(progress)
-    if comparison.needs_second_pass():
-        known = comparison.row_rms()
-        del comparison          # not held through the second pass
-        comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=known, **args)
+    (``rows(done, m)``), e.g. ``cases.progress.CaseProgress``. torch runs on one thread inside
+    (``accuracy.threads``): the records do not depend on the process's thread count."""
+    with one_thread():
+        args = dict(tolerances=tolerances, chunk_rows=chunk_rows, diagnose=diagnose)
+        comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=row_rms, **args)
         if progress is not None:
-            progress.stage("second comparison pass (the row outputs' rms known)")
+            progress.stage("goldens and comparison")
         comparison.compare_rows(progress)
-    comparison.compare_reductions()
-    return comparison.result()
+        if comparison.needs_second_pass():
+            known = comparison.row_rms()
+            del comparison          # not held through the second pass
+            comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=known, **args)
+            if progress is not None:
+                progress.stage("second comparison pass (the row outputs' rms known)")
+            comparison.compare_rows(progress)
+        comparison.compare_reductions()
+        return comparison.result()
 
 
 class CaseComparison:

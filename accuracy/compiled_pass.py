@@ -34,6 +34,7 @@ import zlib
 
 import numba
 import numpy as np
+import torch
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
@@ -591,5 +592,11 @@ check_cache()
 
 
 def set_threads(n: int) -> None:
-    """numba's threads follow torch's (one per xdist worker, all cores in one process)."""
+    """numba's threads follow torch's (one per xdist worker, all cores in one process). numba's
+    OpenMP layer shares torch's OpenMP runtime, and launching its pool sets that runtime's thread
+    count to numba's maximum: a process that set torch to 1 thread ran the rest of its products
+    on 2 (measured, 2 cores), so torch's count is put back as it was."""
+    torch_threads = torch.get_num_threads()
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    if torch.get_num_threads() != torch_threads:
+        torch.set_num_threads(torch_threads)

@@ -267,13 +267,17 @@ class DerivedTermSums(ReductionTermSums):
         self._den: dict = {}          # row output -> sum exact^2
         self._err_sums: dict = {}     # reduction -> path -> its operands' errors summed over M
 
-    def add_path_rows(self, output: str, path: str, err: torch.Tensor, exact: torch.Tensor) -> None:
-        prod = (err * exact).reshape(exact.shape[0], -1)
-        self._row_num.setdefault(output, {}).setdefault(path, []).append(prod.sum(1))
-        cols = self._col_num.setdefault(output, {})
-        cols[path] = cols[path] + prod.sum(0) if path in cols else prod.sum(0)
-        if path == next(iter(self._row_num[output])):
-            self._den[output] = self._den.get(output, 0.0) + dot64(exact, exact)
+    def add_exact(self, output: str, exact: torch.Tensor) -> None:
+        """Some rows of a row output's exact values (non-finite ones as 0): the fitted scale's denominator."""
+        self._den[output] = self._den.get(output, 0.0) + dot64(exact, exact)
+
+    def add_path_rows(self, output: str, path: str, rows: torch.Tensor, cols: torch.Tensor) -> None:
+        """A path's sums of (path - exact) exact over the same rows (``path_row_sums``): per row
+        and per column; they may be shared with other paths that gave the same values, so they are
+        never added to in place."""
+        self._row_num.setdefault(output, {}).setdefault(path, []).append(rows)
+        sums = self._col_num.setdefault(output, {})
+        sums[path] = sums[path] + cols if path in sums else cols
 
     def add_path_operand(self, output: str, path: str, part: torch.Tensor) -> None:
         """A path's operand errors of some rows summed over them (``operand_error_sum``); ``part``
@@ -656,17 +660,24 @@ class _Golden(_Frozen):
         paths' bias) judges the direction alone."""
         f32 = {k: v.float() for k, v in inputs64.items()}
         counts: dict = {}
-        # the paths differ in a point or two: most of a path's matmuls and operands are another's
-        # (SwiGLU: dg_in is the same in 5 of its 8 paths), computed once per piece
+        # the paths differ in a point or two: most of a path's matmuls, operands and row outputs are
+        # another's (SwiGLU: dg_in is the same in 5 of its 8 paths, dg in 6), each computed once per
+        # piece and its errors' sums and direction counts with it
         matmuls = _Memo()
         operand_sums = {o: _Memo() for o in exact_operands}
+        row_sums = {o: _Memo() for o in exact_rows}
+        finite = {o: torch.where(torch.isfinite(v), v, 0.0) for o, v in exact_rows.items()}
+        spacing = {o: bf16_spacing(v) for o, v in finite.items()}
+        for o, v in finite.items():
+            terms.add_exact(o, v)
         for path, plan in self.derived.bias_paths().items():
             values, operands = self.derived.evaluate(_PathOps(plan, matmuls), f32)
             for o, v in values.items():
-                exact = torch.where(torch.isfinite(exact_rows[o]), exact_rows[o], 0.0)
-                err = torch.nan_to_num(round_to(v, torch.bfloat16).double() - exact_rows[o], 0.0, 0.0, 0.0)
-                terms.add_path_rows(o, path, err, exact)
-                counts[(o, path)] = direction_counts(err, exact, bf16_spacing(exact))
+                def judged(o=o, v=v):
+                    err = torch.nan_to_num(round_to(v, torch.bfloat16).double() - exact_rows[o], 0.0, 0.0, 0.0)
+                    return path_row_sums(err, finite[o]), direction_counts(err, finite[o], spacing[o])
+                (rows, cols), counts[(o, path)] = row_sums[o].get((v,), judged)
+                terms.add_path_rows(o, path, rows, cols)
             for o, (lhs, rhs) in operands.items():
                 lhs64 = None if lhs is None else exact_operands[o][0].double()
                 part = operand_sums[o].get(
@@ -674,6 +685,12 @@ class _Golden(_Frozen):
                         rhs.double() - exact_operands[o][1].double(), 0.0, 0.0, 0.0)))
                 terms.add_path_operand(o, path, part)
         return counts
+
+
+def path_row_sums(err: torch.Tensor, exact: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """sum err exact per row and per column of a row output (its rows flattened after the first dim)."""
+    prod = (err * exact).reshape(exact.shape[0], -1)
+    return prod.sum(1), prod.sum(0)
 
 
 class _Gate(_Frozen):

@@ -42,6 +42,7 @@ import torch
 from numba import njit, prange
 
 from accuracy.compiled_pass import _spacing, set_threads
+from accuracy.threads import compiled_pass_threads
 
 # the whole-output aggregate tests' tail constant (``accuracy.allowance.TAIL_SIGMAS``, checked
 # equal by tests/core/test_localized.py) and the false-alarm bound it gives
@@ -233,7 +234,7 @@ class LocalSums:
         per = max(1, group_rows)
         row_out = np.zeros((n_rows, ROW_FIELDS))
         col_out = np.zeros((-(-n_rows // per), 4, cols))
-        set_threads(torch.get_num_threads())
+        set_threads(compiled_pass_threads())
         _local_sums(a, x, noise, marginal, shared_col, has_noise, has_marginal, has_shared_col, n_rows, cols, per,
                     row_out, col_out)
         r0, r1 = row_offset, row_offset + n_rows

@@ -18,6 +18,7 @@ from accuracy.allowance import (SCALE_BIAS, SIGN_MAX_ULP, SIGN_MIN_ULP, TAIL_SIG
                                 direction_counts)
 from accuracy.dual import REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL
 from accuracy.localized import LocalSums
+from accuracy.threads import compiled_pass_threads
 from accuracy.tolerances import Tolerance
 from accuracy.ulp import bf16_spacing
 from contract.metric_table import AGGREGATE, DUAL, DUAL_ONLY, METRICS, ordered
@@ -406,7 +407,7 @@ class ErrorStats:
         def table(k):
             return np.zeros((n_blocks, k)), np.zeros((n_blocks, k), dtype=np.int64), np.zeros(n_blocks, dtype=np.int64)
         worst, ratio, absb = table(WORST_K), table(FLOOR_K), table(FLOOR_K)
-        compiled_pass.set_threads(torch.get_num_threads())
+        compiled_pass.set_threads(compiled_pass_threads())
         compiled_pass.compare_slices(a, b, rounded, allow, exact_np, noise, bound_np, block, flags, params,
                              _ULP_EDGES_NP, _LOG10_EDGES_NP, acc, ulp_hist, log_hist, *worst, *ratio, *absb)
         for k, piece in enumerate(pieces):

@@ -1,6 +1,8 @@
-"""A record does not depend on how many threads the process has: the framework's FP32 and FP64
-sums that feed a record (the fitted scale's rounding bias, the reference's rms) use a fixed
-order, not torch's thread-split reductions (``accuracy.term_sums.dot64``)."""
+"""A record does not depend on how many threads the process has: the comparison runs torch on one
+thread (``accuracy.threads``: MKL splits a small product's inner dimension among threads, and torch
+a full reduction's sum), and the framework's FP64 sums that feed a record use a fixed order
+(``accuracy.term_sums.dot64``). Seen failing on a 2-core Xeon with avx512_bf16 before the comparison
+ran on one thread: db, dw's allowances and dw's reference differed in their last bits."""
 from __future__ import annotations
 
 import torch
@@ -33,3 +35,29 @@ def test_records_are_the_same_at_one_and_two_threads():
     for o in one:
         assert one[o]["reference"]["aggregate"] == two[o]["reference"]["aggregate"], o
         assert one[o]["reference"]["golden_rms"] == two[o]["reference"]["golden_rms"], o
+
+
+def test_the_compiled_pass_leaves_torchs_thread_count_as_it_was():
+    """numba's OpenMP layer shares torch's runtime: launching its pool set torch's count to numba's
+    maximum, so a process that set 1 thread ran the rest of its products on 2."""
+    from accuracy import compiled_pass
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        compiled_pass.set_threads(2)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_comparison_runs_on_one_thread_and_puts_the_count_back():
+    from accuracy.threads import compiled_pass_threads, one_thread
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with one_thread():
+            assert torch.get_num_threads() == 1
+            assert compiled_pass_threads() == 2
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
