@@ -88,6 +88,38 @@ def bf16_gemm_keeps_subnormals(device: str = "cpu") -> bool | str:
     return kept.pop() if len(kept) == 1 else SHAPE_DEPENDENT
 
 
+# (M, N) of bias + GELU backward's tiny-profile cases in its quick matrix, and one row
+GELU_PROBE_SHAPES = ((1025, 200), (1025, 1024), (1, 200))
+
+
+def _gelu_flushed_share(m: int, n: int, device: str) -> float:
+    """Of the BF16 GELU gradients that are subnormal and nonzero in exact arithmetic on the same
+    BF16 values, the share torch's BF16 autograd returns as zero (dy near 2^-124, the tiny
+    profile's): oneDNN's BF16 element-wise kernels, which torch uses on a CPU with BF16
+    instructions, flush subnormal results (measured 1.0 at every shape on a Xeon with avx512_bf16
+    and AMX; 0 with oneDNN disabled). The reference is GELU'(h) in FP32 (normal values) times dy
+    in units of 2^-133 (``_bf16_in_units``), so it stays exact in a flushing process."""
+    gen = _generator(m * 1_000_003 + n)
+    h = torch.randn(m, n, generator=gen).bfloat16()
+    dy = (torch.randn(m, n, generator=gen) * 2.0 ** -124).bfloat16()
+    h_grad = h.to(device).requires_grad_(True)
+    got, = torch.autograd.grad(torch.nn.functional.gelu(h_grad), h_grad, dy.to(device))
+    h32 = h.float().requires_grad_(True)
+    slope, = torch.autograd.grad(torch.nn.functional.gelu(h32), h32, torch.ones_like(h32))
+    want = slope.double() * _bf16_in_units(dy)
+    # rounds to a nonzero subnormal: at least half the smallest spacing, below 2^-126 (2^7 units)
+    subnormal = (want.abs() >= 0.5) & (want.abs() < 2.0 ** 7)
+    return float(((_bf16_in_units(got.cpu()) == 0) & subnormal).sum()) / max(int(subnormal.sum()), 1)
+
+
+def bf16_gelu_keeps_subnormals(device: str = "cpu") -> bool | str:
+    """Does torch's BF16 GELU backward on ``device`` keep subnormal results? Most of them flushed
+    (a share above 1/2) is a flushing kernel; a kernel that keeps them zeroes only what rounds to
+    zero in FP32 too (none: the probe counts elements FP32 keeps)."""
+    kept = {_gelu_flushed_share(m, n, device) < 0.5 for m, n in GELU_PROBE_SHAPES}
+    return kept.pop() if len(kept) == 1 else SHAPE_DEPENDENT
+
+
 def fp32_keeps_subnormals(device: str = "cpu") -> bool:
     """Does FP32 arithmetic on ``device`` keep subnormals (no flush-to-zero / denormals-are-zero),
     on the calling thread and on torch's worker threads alike? ``torch.set_flush_denormal(True)``
@@ -120,11 +152,13 @@ def flushing_subnormals() -> Iterator[None]:
 FACTS: dict[str, Callable[[str], bool | str]] = {
     "bf16_gemm_keeps_subnormals": bf16_gemm_keeps_subnormals,
     "fp32_keeps_subnormals": fp32_keeps_subnormals,
+    "bf16_gelu_keeps_subnormals": bf16_gelu_keeps_subnormals,
 }
 # The values each fact can take, so a test can feed the expectation logic every one.
 FACT_VALUES: dict[str, tuple] = {
     "bf16_gemm_keeps_subnormals": (True, False, SHAPE_DEPENDENT),
     "fp32_keeps_subnormals": (True, False),
+    "bf16_gelu_keeps_subnormals": (True, False, SHAPE_DEPENDENT),
 }
 
 

@@ -34,7 +34,8 @@ def test_a_pool_started_under_ftz_is_measured_as_flushing_after_it_is_unset():
 def test_a_flushing_process_is_measured_as_flushing(flushing):
     """FTZ+DAZ is what avx512_bf16/AMX dot products do to subnormals; the probe sees it, with a
     reference that stays exact in a flushing process (built from integer mantissas)."""
-    assert platform_facts.measure("cpu") == {"bf16_gemm_keeps_subnormals": False, "fp32_keeps_subnormals": False}
+    assert platform_facts.measure("cpu") == {"bf16_gemm_keeps_subnormals": False, "fp32_keeps_subnormals": False,
+                                             "bf16_gelu_keeps_subnormals": False}
     errors = [platform_facts._gemm_error_rms(m, k, n, "cpu") for m, k, n in platform_facts.PROBE_SHAPES]
     assert all(e > 10 * platform_facts.FLUSH_ERROR_RMS for e in errors), errors
 
@@ -85,3 +86,33 @@ def test_a_matrix_run_writes_its_manifest_to_results_and_report(tmp_path):
     assert data["manifest"]["device"] == "cpu"
     html = (report / "index.html").read_text()
     assert "bf16_gemm_keeps_subnormals=" in html and 'id="platform"' in html
+
+
+def test_a_gelu_that_flushes_subnormal_results_is_measured_as_flushing():
+    """oneDNN's BF16 GELU flushes on a CPU with BF16 instructions, PyTorch's own kernel (oneDNN
+    disabled) keeps them on every CPU: the probe tells the two apart wherever it runs."""
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert platform_facts.bf16_gelu_keeps_subnormals("cpu") is True
+        shares = [platform_facts._gelu_flushed_share(m, n, "cpu") for m, n in platform_facts.GELU_PROBE_SHAPES]
+        assert max(shares) < 0.05, shares
+    real_gelu = torch.nn.functional.gelu
+
+    def flushing_gelu(x, *args, **kwargs):      # the gradient it returns has every subnormal zeroed
+        return real_gelu(_FlushGrad.apply(x) if x.dtype == torch.bfloat16 else x, *args, **kwargs)
+
+    try:
+        torch.nn.functional.gelu = flushing_gelu
+        with torch.backends.mkldnn.flags(enabled=False):
+            assert platform_facts.bf16_gelu_keeps_subnormals("cpu") is False
+    finally:
+        torch.nn.functional.gelu = real_gelu
+
+
+class _FlushGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y):
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.where(grad.float().abs() < 2.0 ** -126, torch.zeros_like(grad), grad)

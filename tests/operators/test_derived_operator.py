@@ -9,6 +9,7 @@ import pytest
 import operators
 from cases.matrix import quick_cases
 from kernels.registry import resolve
+from runs import platform_facts
 from tests.operators.matrix_run import in_process, verdicts
 
 MUTANTS = "operators.bias_gelu_backward.mutants"
@@ -30,10 +31,17 @@ def matrix():
 
 
 def test_correct_backends_pass_every_cell(matrix):
+    """Every cell passes, or fails within a known failure that holds on this platform's measured
+    facts (torch-eager at the tiny profile where its BF16 GELU flushes subnormal results,
+    ``expectations/torch.toml``); on a platform where it keeps them, those cells pass."""
     op, cases, cells = matrix
+    flushing = platform_facts.bf16_gelu_keeps_subnormals("cpu") is not True
     for name in op.default_backends:
         for spec in cases:
-            assert cells[(name, spec.id)] == {"dx": "pass", "db": "pass"}, (name, spec.id, cells[(name, spec.id)])
+            known = name == "torch-eager" and spec.scale == "tiny" and flushing
+            allowed = {"pass", "expected_failure"} if known else {"pass"}
+            assert set(cells[(name, spec.id)].values()) <= allowed and set(cells[(name, spec.id)]) == {"dx", "db"}, \
+                (name, spec.id, cells[(name, spec.id)])
 
 
 def test_wrong_kernels_fail_by_their_outputs(matrix):
