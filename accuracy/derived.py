@@ -53,9 +53,9 @@ import numpy as np
 import torch
 
 from accuracy import allowance
-from accuracy.allowance import SUBNORMAL_STORE, Allowance, DirectionCounts, direction_counts, tail_sigmas
+from accuracy.allowance import SUBNORMAL_STORE, Allowance, DirectionCounts, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
-from accuracy.ulp import bf16_spacing
+from accuracy.path_errors import path_error_sums
 from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, rescaled_half_spacing,
                                   spread_inputs)
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
@@ -745,16 +745,12 @@ class _Golden(_Frozen):
         operand_sums = {o: _Memo() for o in exact_operands}
         row_sums = {o: _Memo() for o in exact_rows}
         finite = {o: torch.where(torch.isfinite(v), v, 0.0) for o, v in exact_rows.items()}
-        spacing = {o: bf16_spacing(v) for o, v in finite.items()}
         for o, v in finite.items():
             terms.add_exact(o, v)
         for path, plan in self.derived.bias_paths().items():
             values, operands = self.derived.evaluate(_PathOps(plan, matmuls), f32)
             for o, v in values.items():
-                def judged(o=o, v=v):
-                    err = torch.nan_to_num(round_to(v, torch.bfloat16).double() - exact_rows[o], 0.0, 0.0, 0.0)
-                    return path_row_sums(err, finite[o]), direction_counts(err, finite[o], spacing[o])
-                (rows, cols), counts[(o, path)] = row_sums[o].get((v,), judged)
+                rows, cols, counts[(o, path)] = row_sums[o].get((v,), lambda o=o, v=v: path_error_sums(v, finite[o]))
                 terms.add_path_rows(o, path, rows, cols)
             for o, (lhs, rhs) in operands.items():
                 lhs64 = None if lhs is None else exact_operands[o][0].double()
@@ -763,12 +759,6 @@ class _Golden(_Frozen):
                         rhs.double() - exact_operands[o][1].double(), 0.0, 0.0, 0.0)))
                 terms.add_path_operand(o, path, part)
         return counts
-
-
-def path_row_sums(err: torch.Tensor, exact: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """sum err exact per row and per column of a row output (its rows flattened after the first dim)."""
-    prod = (err * exact).reshape(exact.shape[0], -1)
-    return prod.sum(1), prod.sum(0)
 
 
 class _Gate(_Frozen):
