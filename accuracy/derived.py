@@ -56,8 +56,8 @@ from accuracy import allowance
 from accuracy.allowance import SUBNORMAL_STORE, Allowance, DirectionCounts, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.path_errors import path_error_sums
-from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, rescaled_half_spacing,
-                                  spread_inputs)
+from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, matmul,
+                                  rescaled_half_spacing, spread_inputs)
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
 from contract.operator import ChunkGolden, OutputDecl
 from goldens.blocks import REDUCTION_BLOCK
@@ -190,12 +190,28 @@ class OwnTensorOps(TensorOps):
         return x
 
 
-class OwnSpreadOps(SpreadOps):
+class PieceSpreadOps(SpreadOps):
+    """``SpreadOps`` whose FP64 products (a matmul's value and magnitudes) are looked up in a
+    piece's memo first: the reference, the rounding model and the own model multiply the same
+    values (SwiGLU's dg @ w_g^T three times, |dg| @ |w_g^T| twice)."""
+
+    def __init__(self, products: "_Memo | None" = None):
+        self._products = products if products is not None else _Memo()
+
+    def product(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self._products.get((x, y), lambda: x @ y)
+
+    def matmul(self, a, b) -> Spread:
+        return matmul(a, b, product=self.product)
+
+
+class OwnSpreadOps(PieceSpreadOps):
     """The rounding model of the own-upstream recompute: at a reused point the kernel's own value
     is taken as it is (its upstream errors are in it), and the point's own rounding stays (the
     kernel may have used its unrounded value downstream)."""
 
-    def __init__(self, reused: Mapping[str, str]):
+    def __init__(self, reused: Mapping[str, str], products: "_Memo | None" = None):
+        super().__init__(products)
         self.reused = reused
 
     def store(self, name: str, x, rescaled: bool = False):
@@ -230,7 +246,7 @@ class ValueFirstOwnOps(OwnSpreadOps):
         return SpreadOps.mean(x, dim)
 
     def matmul(self, a, b):
-        return a @ b if self._on_values(a) and self._on_values(b) else SpreadOps.matmul(a, b)
+        return self.product(a, b) if self._on_values(a) and self._on_values(b) else PieceSpreadOps.matmul(self, a, b)
 
     def exp(self, x):
         return torch.exp(x) if self._on_values(x) else SpreadOps.exp(x)
@@ -679,13 +695,15 @@ class _Golden(_Frozen):
         the parts of the blocks these rows are in, summed over them) and each legitimate path's
         direction counts."""
         inputs = {**rows, **weights}
-        ops = TensorOps(plan)
+        # the reference's FP64 products, which the rounding model's and the own model's values repeat
+        products = _Memo()
+        ops = _PathOps(plan, products)
         values, operands = self.derived.evaluate(ops, inputs)
         rescaled = ops.rescaled
         piece = {"values": values, "operands": operands}
         if terms is None:
             return piece
-        spreads, spread_operands = self.derived.evaluate(SpreadOps, spread_inputs(inputs))
+        spreads, spread_operands = self.derived.evaluate(PieceSpreadOps(products), spread_inputs(inputs))
         for o, sp in spreads.items():
             terms.note_reach(o, _points_in(sp), rescaled)
         for o, (lhs, rhs) in spread_operands.items():
@@ -696,7 +714,7 @@ class _Golden(_Frozen):
                                            {o: shared_points(sp) for o, sp in spreads.items()})
             piece["spreads"] = {o: _output_spread(sp, values[o], exact_shared.get(o)) for o, sp in spreads.items()}
             if self.derived.own:
-                own_spreads = self._own_spreads(rows, inputs)
+                own_spreads = self._own_spreads(rows, inputs, products)
                 for o in self.derived.own:
                     if o in piece["spreads"]:
                         piece["spreads"][o].own = _output_spread(own_spreads[o], values[o])
@@ -709,7 +727,7 @@ class _Golden(_Frozen):
         piece["directions"] = self._add_path_bias(terms, inputs, values, operands)
         return piece
 
-    def _own_spreads(self, rows: Mapping, inputs: Mapping) -> dict:
+    def _own_spreads(self, rows: Mapping, inputs: Mapping, products: "_Memo") -> dict:
         """The own-upstream outputs' rounding model (``OwnSpreadOps``), by ``ValueFirstOwnOps`` where
         that gives the same on the operator's first two rows (checked once per operator: whether its
         own outputs read an erring value other than through a reused point is the math's structure)."""
@@ -723,9 +741,10 @@ class _Golden(_Frozen):
                 and set(fast[o].mixed) == set(full[o].mixed) and torch.equal(fast[o].variance(), full[o].variance())
                 and torch.equal(fast[o].worst(), full[o].worst()) for o in self.derived.own if o in full)
         if self._own_mode["value first"]:
-            spreads, _ = self.derived.evaluate(ValueFirstOwnOps(reused), {k: v.double() for k, v in inputs.items()})
+            spreads, _ = self.derived.evaluate(ValueFirstOwnOps(reused, products),
+                                               {k: v.double() for k, v in inputs.items()})
         else:
-            spreads, _ = self.derived.evaluate(OwnSpreadOps(reused), spread_inputs(inputs))
+            spreads, _ = self.derived.evaluate(OwnSpreadOps(reused, products), spread_inputs(inputs))
         return spreads
 
     def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands) -> dict:

@@ -364,11 +364,14 @@ def sum_over(a: Spread, dim: int) -> Spread:
     return Spread(value, exact, mixed)
 
 
-def matmul(a, b) -> Spread:
+def matmul(a, b, product=None) -> Spread:
     """a @ b for 2-D a [M, N], b [N, K], either a Spread: the error of each carried through the
-    other's exact value (first order), summed over N in any FP32 order."""
+    other's exact value (first order), summed over N in any FP32 order. ``product(x, y)``: how
+    the value's and the magnitudes' FP64 products are computed (default x @ y; a piece's
+    evaluations share them, ``accuracy.derived``)."""
+    product = product or _product
     va, vb = _value(a), _value(b)
-    value = va @ vb
+    value = product(va, vb)
     parts = []
     if _erring(a):
         parts.append(_matmul_left(a, vb, value))
@@ -377,11 +380,15 @@ def matmul(a, b) -> Spread:
         parts.append(_transposed(_matmul_left(_transposed(b), va.t(), value.t())))
     out = _joined(parts, value)
     n = va.shape[-1]
-    abs_sum = va.abs() @ vb.abs()
+    abs_sum = product(va.abs(), vb.abs())
     order = Mixed(U_FP32 * math.sqrt(n / 3) * abs_sum, n * U_FP32 * abs_sum, (True,) * 2)
     mixed = dict(out.mixed)
     mixed[MATH] = mixed[MATH].plus(order) if MATH in mixed else order
     return Spread(value, out.exact, mixed)
+
+
+def _product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x @ y
 
 
 def _transposed(s: Spread) -> Spread:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from accuracy.derived import DerivedMath, OwnSpreadOps, Spread, spread_inputs
+from accuracy.derived import DerivedMath, OwnSpreadOps, Spread, _Memo, spread_inputs
 from cases.spec import CaseSpec, make_inputs
 from operators.swiglu_backward import OPERATOR as SWIGLU
 from operators.swiglu_backward import derived as swiglu_derived
@@ -17,7 +17,7 @@ def _own_by_both(derived: DerivedMath, spec: CaseSpec):
     inputs = {k: v for k, v in make_inputs(spec).items()}
     rows = {k: v for k, v in inputs.items() if k in ROWS}
     golden = derived.golden
-    chosen = golden._own_spreads(rows, inputs)
+    chosen = golden._own_spreads(rows, inputs, _Memo())
     full, _ = derived.evaluate(OwnSpreadOps(derived.reused), spread_inputs(inputs))
     return golden._own_mode["value first"], chosen, full
 
