@@ -594,17 +594,29 @@ def operand_error_sum(lhs: torch.Tensor | None, err: torch.Tensor) -> torch.Tens
 
 class _Memo:
     """Results keyed by tensors compared by value: a computation whose arguments equal an earlier
-    one's (element for element, same shape and dtype) returns the earlier result."""
+    one's (element for element, same shape and dtype) returns the earlier result. Each argument's
+    fingerprint (the bytes of 4096 evenly spaced elements, summed) is compared first: equal
+    tensors have equal fingerprints, so only a candidate that may be equal is compared whole
+    (SwiGLU's dx takes 8 distinct values over its paths: 28 whole comparisons a piece before)."""
+
+    SAMPLES = 4096
 
     def __init__(self):
-        self._seen: list[tuple[tuple[torch.Tensor, ...], object]] = []
+        self._seen: list[tuple[tuple[torch.Tensor, ...], tuple, object]] = []
+
+    @classmethod
+    def _fingerprint(cls, t: torch.Tensor) -> tuple:
+        flat = t.reshape(-1)
+        sample = flat[::max(1, flat.numel() // cls.SAMPLES)].contiguous()
+        return tuple(t.shape), t.dtype, int(sample.view(torch.uint8).sum(dtype=torch.int64))
 
     def get(self, args: tuple[torch.Tensor, ...], compute: Callable[[], object]):
-        for key, result in self._seen:
-            if all(a.shape == k.shape and a.dtype == k.dtype and torch.equal(a, k) for a, k in zip(args, key)):
+        prints = tuple(self._fingerprint(a) for a in args)
+        for key, key_prints, result in self._seen:
+            if key_prints == prints and all(torch.equal(a, k) for a, k in zip(args, key)):
                 return result
         result = compute()
-        self._seen.append((args, result))
+        self._seen.append((args, prints, result))
         return result
 
 
