@@ -248,27 +248,6 @@ class ValueFirstOwnOps(OwnSpreadOps):
     def matmul(self, a, b):
         return self.product(a, b) if self._on_values(a) and self._on_values(b) else PieceSpreadOps.matmul(self, a, b)
 
-    def exp(self, x):
-        return torch.exp(x) if self._on_values(x) else SpreadOps.exp(x)
-
-    def sigmoid(self, x):
-        return torch.sigmoid(x) if self._on_values(x) else SpreadOps.sigmoid(x)
-
-    def tanh(self, x):
-        return torch.tanh(x) if self._on_values(x) else SpreadOps.tanh(x)
-
-    def erf(self, x):
-        return torch.erf(x) if self._on_values(x) else SpreadOps.erf(x)
-
-    def rsqrt(self, x):
-        return torch.rsqrt(x) if self._on_values(x) else SpreadOps.rsqrt(x)
-
-    def sqrt(self, x):
-        return torch.sqrt(x) if self._on_values(x) else SpreadOps.sqrt(x)
-
-    def log(self, x):
-        return torch.log(x) if self._on_values(x) else SpreadOps.log(x)
-
     def max(self, x, dim: int):
         return x.amax(dim, keepdim=True) if self._on_values(x) else SpreadOps.max(x, dim)
 
@@ -276,6 +255,22 @@ class ValueFirstOwnOps(OwnSpreadOps):
         if self._on_values(x):
             return torch.where(mask, x, torch.as_tensor(fill, dtype=torch.float64))
         return SpreadOps.where(mask, x, fill)
+
+
+def _function_on_values(name: str):
+    """``ValueFirstOwnOps``'s ``name`` (exp, sigmoid, ...): torch's function on a value, the
+    rounding model's on a Spread."""
+    on_values, on_spread = getattr(torch, name), getattr(SpreadOps, name)
+
+    def function(self, x):
+        return on_values(x) if self._on_values(x) else on_spread(x)
+    function.__name__ = name
+    return function
+
+
+for _name in ("exp", "sigmoid", "tanh", "erf", "rsqrt", "sqrt", "log"):
+    setattr(ValueFirstOwnOps, _name, _function_on_values(_name))
+del _name
 
 
 @dataclass
