@@ -29,7 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from accuracy.threads import one_thread  # noqa: E402
+from accuracy.threads import COMPARISON_THREADS, comparison_threads  # noqa: E402
 
 # compare: what the case matrix runs (reference, own, and the three diagnosis layers);
 # gate: the verdict alone (``compare_case(..., diagnose=False)``, the same verdicts)
@@ -53,18 +53,18 @@ def measure_matmul(dtype: torch.dtype, n: int = 2048, repeats: int = 3) -> float
 
 def machine_rates() -> dict:
     """Matmul FLOP/s per dtype and copy bytes/s, measured now with the process's threads, and on
-    one thread (``one_thread``: how the comparison runs, ``accuracy.threads``)."""
+    the comparison's (``comparison_threads``, ``accuracy.threads``)."""
     def rates():
         return {"matmul": {dt: measure_matmul(dt) for dt in (torch.float64, torch.float32, torch.bfloat16)},
                 "copy": measure_copy()}
     measured = rates()
-    with one_thread():
-        measured["one_thread"] = rates()
+    with comparison_threads():
+        measured["comparison"] = rates()
     return measured
 
 
-# the stages that run through ``compare_case``, on one thread: their roofline is one thread's
-ONE_THREAD_STAGES = ("gate", "compare")
+# the stages that run through ``compare_case``, on its fixed threads: their roofline is measured there
+COMPARISON_STAGES = ("gate", "compare")
 
 
 def measure_copy(nbytes: int = 1 << 29, repeats: int = 3) -> float:
@@ -145,10 +145,10 @@ def markdown(report: dict) -> str:
     lines = [f"M={report['m']}, K={report['k']}, N={report['n']}; {report['threads']} threads; matmul GFLOP/s "
              + ", ".join(f"{dt} {r:.1f}" for dt, r in report["matmul_gflops"].items())
              + f"; copy {report['copy_gbps']:.1f} GB/s"
-             + ("" if "one_thread" not in report else
-                f"; on one thread ({', '.join(report['one_thread']['stages'])}): matmul GFLOP/s "
-                + ", ".join(f"{dt} {r:.1f}" for dt, r in report["one_thread"]["matmul_gflops"].items())
-                + f", copy {report['one_thread']['copy_gbps']:.1f} GB/s"), "",
+             + "".join(f"; on {report[key].get('threads', 1)} thread(s) ({', '.join(report[key]['stages'])}): "
+                       "matmul GFLOP/s " + ", ".join(f"{dt} {r:.1f}" for dt, r in report[key]["matmul_gflops"].items())
+                       + f", copy {report[key]['copy_gbps']:.1f} GB/s"
+                       for key in ("comparison", "one_thread") if key in report), "",
              "| stage | wall s | roofline s | ratio | peak RSS GB |", "|---|---|---|---|---|"]
     for row in report["stages"]:
         if "failed" in row:
@@ -192,14 +192,14 @@ def main() -> None:
     measured.append(machine_rates())
     rates = {dt: max(m["matmul"][dt] for m in measured) for dt in measured[0]["matmul"]}
     bandwidth = max(m["copy"] for m in measured)
-    rates1 = {dt: max(m["one_thread"]["matmul"][dt] for m in measured) for dt in measured[0]["matmul"]}
-    bandwidth1 = max(m["one_thread"]["copy"] for m in measured)
+    rates1 = {dt: max(m["comparison"]["matmul"][dt] for m in measured) for dt in measured[0]["matmul"]}
+    bandwidth1 = max(m["comparison"]["copy"] for m in measured)
     print(f"machine: {torch.get_num_threads()} threads; matmul GFLOP/s "
           + ", ".join(f"{str(dt).replace('torch.', '')} {r / 1e9:.1f}" for dt, r in rates.items())
           + f"; copy {bandwidth / 1e9:.1f} GB/s (the faster of before and after the stages: "
           + "; ".join(", ".join(f"{m['matmul'][dt] / 1e9:.1f}" for dt in rates) + f", {m['copy'] / 1e9:.1f}"
                       for m in measured) + ")")
-    print(f"one thread (the comparison's: {', '.join(ONE_THREAD_STAGES)}): matmul GFLOP/s "
+    print(f"the comparison's {COMPARISON_THREADS} threads ({', '.join(COMPARISON_STAGES)}): matmul GFLOP/s "
           + ", ".join(f"{str(dt).replace('torch.', '')} {r / 1e9:.1f}" for dt, r in rates1.items())
           + f"; copy {bandwidth1 / 1e9:.1f} GB/s")
     print(f"case M={args.m} K={args.k} N={args.n}")
@@ -207,13 +207,13 @@ def main() -> None:
     report = {"m": args.m, "k": args.k, "n": args.n, "threads": torch.get_num_threads(),
               "matmul_gflops": {str(dt).replace("torch.", ""): r / 1e9 for dt, r in rates.items()},
               "copy_gbps": bandwidth / 1e9,
-              "one_thread": {"stages": list(ONE_THREAD_STAGES), "copy_gbps": bandwidth1 / 1e9,
+              "comparison": {"threads": COMPARISON_THREADS, "stages": list(COMPARISON_STAGES), "copy_gbps": bandwidth1 / 1e9,
                              "matmul_gflops": {str(dt).replace("torch.", ""): r / 1e9 for dt, r in rates1.items()}},
               "measured": [{"matmul_gflops": {str(dt).replace("torch.", ""): r / 1e9 for dt, r in m["matmul"].items()},
                             "copy_gbps": m["copy"] / 1e9,
-                            "one_thread": {"matmul_gflops": {str(dt).replace("torch.", ""): r / 1e9
-                                                             for dt, r in m["one_thread"]["matmul"].items()},
-                                           "copy_gbps": m["one_thread"]["copy"] / 1e9}} for m in measured],
+                            "comparison": {"matmul_gflops": {str(dt).replace("torch.", ""): r / 1e9
+                                                             for dt, r in m["comparison"]["matmul"].items()},
+                                           "copy_gbps": m["comparison"]["copy"] / 1e9}} for m in measured],
               "stages": []}
     for stage, proc in results.items():
         if proc.returncode != 0:
@@ -222,7 +222,7 @@ def main() -> None:
             continue
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         w = work(stage, args.m, args.k, args.n) if stage != "backend" else None
-        r, bw = (rates1, bandwidth1) if stage in ONE_THREAD_STAGES else (rates, bandwidth)
+        r, bw = (rates1, bandwidth1) if stage in COMPARISON_STAGES else (rates, bandwidth)
         roof = sum(f / r[dt] for dt, f in w["flops"].items()) + w["bytes"] / bw if w else None
         row = {"stage": stage, "wall_s": result["seconds"], "roofline_s": roof,
                "ratio": result["seconds"] / roof if roof else None, "peak_rss_gb": result["peak_rss_gb"],

@@ -1,8 +1,9 @@
-"""A record does not depend on how many threads the process has: the comparison runs torch on one
-thread (``accuracy.threads``: MKL splits a small product's inner dimension among threads, and torch
-a full reduction's sum), and the framework's FP64 sums that feed a record use a fixed order
-(``accuracy.term_sums.dot64``). Seen failing on a 2-core Xeon with avx512_bf16 before the comparison
-ran on one thread: db, dw's allowances and dw's reference differed in their last bits."""
+"""A record does not depend on how many threads the process has: the comparison runs torch on a
+fixed number of threads (``accuracy.threads``: MKL splits a small product's inner dimension among
+threads, and torch a full reduction's sum), and the framework's FP64 sums that feed a record use a
+fixed order (``accuracy.term_sums.dot64``). Seen failing on a 2-core Xeon with avx512_bf16 before
+the comparison fixed its thread count: db, dw's allowances and dw's reference differed in their
+last bits."""
 from __future__ import annotations
 
 import torch
@@ -30,11 +31,12 @@ def _records(threads: int) -> dict:
         torch.set_num_threads(before)
 
 
-def test_records_are_the_same_at_one_and_two_threads():
-    one, two = _records(1), _records(2)
+def test_records_are_the_same_at_one_two_and_three_threads():
+    one, two, three = _records(1), _records(2), _records(3)
     for o in one:
-        assert one[o]["reference"]["aggregate"] == two[o]["reference"]["aggregate"], o
-        assert one[o]["reference"]["golden_rms"] == two[o]["reference"]["golden_rms"], o
+        for other in (two, three):
+            assert one[o]["reference"]["aggregate"] == other[o]["reference"]["aggregate"], o
+            assert one[o]["reference"]["golden_rms"] == other[o]["reference"]["golden_rms"], o
 
 
 def test_the_compiled_pass_leaves_torchs_thread_count_as_it_was():
@@ -50,14 +52,15 @@ def test_the_compiled_pass_leaves_torchs_thread_count_as_it_was():
         torch.set_num_threads(before)
 
 
-def test_the_comparison_runs_on_one_thread_and_puts_the_count_back():
-    from accuracy.threads import compiled_pass_threads, one_thread
+def test_the_comparison_runs_on_its_fixed_threads_and_puts_the_count_back():
+    from accuracy.threads import COMPARISON_THREADS, comparison_threads, compiled_pass_threads
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(2)
-        with one_thread():
-            assert torch.get_num_threads() == 1
-            assert compiled_pass_threads() == 2
-        assert torch.get_num_threads() == 2
+        for outer in (1, 3):
+            torch.set_num_threads(outer)
+            with comparison_threads():
+                assert torch.get_num_threads() == COMPARISON_THREADS
+                assert compiled_pass_threads() == outer
+            assert torch.get_num_threads() == outer
     finally:
         torch.set_num_threads(before)
