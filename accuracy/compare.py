@@ -35,7 +35,7 @@ from accuracy import allowance
 from accuracy.bounds import unit_roundoff
 from accuracy.metrics import SLICE_ELEMENTS, ErrorStats, row_slices
 from accuracy.term_sums import accumulate, dot64
-from accuracy.threads import comparison_threads
+from goldens.threads import comparison_threads
 from accuracy.tile_drift import TileDriftRecorder
 from accuracy.tolerances import Tolerance, tolerances_for
 from contract.operator import ROUNDED_TERMS, Operator
@@ -146,7 +146,7 @@ def compare_case(operator: Operator, inputs: Mapping[str, torch.Tensor],
     outputs' rms known from the first; then the reductions over M, complete after the pass; then
     the records. ``progress``: told each pass's start (``stage(name)``) and its rows done
     (``rows(done, m)``), e.g. ``cases.progress.CaseProgress``. torch runs on a fixed number of
-    threads inside (``accuracy.threads``): the records do not depend on the process's thread count."""
+    threads inside (``goldens.threads``): the records do not depend on the process's thread count."""
     with comparison_threads():
         args = dict(tolerances=tolerances, chunk_rows=chunk_rows, diagnose=diagnose)
         comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=row_rms, **args)

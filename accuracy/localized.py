@@ -42,7 +42,7 @@ import torch
 from numba import njit, prange
 
 from accuracy.compiled_pass import _spacing, set_threads
-from accuracy.threads import compiled_pass_threads
+from goldens.threads import compiled_pass_threads
 
 # the whole-output aggregate tests' tail constant (``accuracy.allowance.TAIL_SIGMAS``, checked
 # equal by tests/core/test_localized.py) and the false-alarm bound it gives

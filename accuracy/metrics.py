@@ -18,7 +18,7 @@ from accuracy.allowance import (SCALE_BIAS, SIGN_MAX_ULP, SIGN_MIN_ULP, TAIL_SIG
                                 direction_counts)
 from accuracy.dual import REL_EPS, SMALL_VALUE, SMALL_VALUE_ATOL
 from accuracy.localized import LocalSums
-from accuracy.threads import compiled_pass_threads
+from goldens.threads import compiled_pass_threads
 from accuracy.tolerances import Tolerance
 from accuracy.ulp import bf16_spacing
 from contract.metric_table import AGGREGATE, DUAL, DUAL_ONLY, METRICS, ordered

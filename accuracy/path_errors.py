@@ -17,7 +17,7 @@ from numba import njit, prange
 
 from accuracy.allowance import SIGN_MAX_ULP, SIGN_MIN_ULP, DirectionCounts
 from accuracy.compiled_pass import _bits32, _from_bits32, _spacing, set_threads
-from accuracy.threads import compiled_pass_threads
+from goldens.threads import compiled_pass_threads
 
 # rows per group of the column sums (a group is one thread's work)
 GROUP_ROWS = 64

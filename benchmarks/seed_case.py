@@ -29,7 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from accuracy.threads import COMPARISON_THREADS, comparison_threads  # noqa: E402
+from goldens.threads import COMPARISON_THREADS, comparison_threads  # noqa: E402
 
 # compare: what the case matrix runs (reference, own, and the three diagnosis layers);
 # gate: the verdict alone (``compare_case(..., diagnose=False)``, the same verdicts)
@@ -53,7 +53,7 @@ def measure_matmul(dtype: torch.dtype, n: int = 2048, repeats: int = 3) -> float
 
 def machine_rates() -> dict:
     """Matmul FLOP/s per dtype and copy bytes/s, measured now with the process's threads, and on
-    the comparison's (``comparison_threads``, ``accuracy.threads``)."""
+    the comparison's (``comparison_threads``, ``goldens.threads``)."""
     def rates():
         return {"matmul": {dt: measure_matmul(dt) for dt in (torch.float64, torch.float32, torch.bfloat16)},
                 "copy": measure_copy()}

@@ -31,6 +31,7 @@ from contract.operator import Operator
 from contract.schedule import RoundingPlan, TiledSchedule
 from goldens.blocks import REDUCTION_BLOCK, operand_sum
 from goldens.rounding import round_to
+from goldens.threads import comparison_threads
 
 # Rows per streaming chunk. At the article's case (M=220000, one backend) the comparison took
 # 192.9 s at 8192 rows, 127.2 s at 4096, 110.7 s at 2048 and 110.0 s at 1024, with peak RSS 4.36,
@@ -197,8 +198,14 @@ class GoldenPass:
         return groups
 
     def blocks(self) -> Iterator[RowBlock]:
+        """The row blocks in order, computed on the goldens' fixed threads (``goldens.threads``:
+        the same bits whatever the caller's thread count)."""
         if self._done:
             raise RuntimeError("a GoldenPass streams once; make a new one")
+        with comparison_threads():
+            yield from self._blocks()
+
+    def _blocks(self) -> Iterator[RowBlock]:
         op = self.operator
         reduction_outputs = op.reduction_outputs
         row_inputs = op.row_inputs

@@ -1,5 +1,5 @@
 """A record does not depend on how many threads the process has: the comparison runs torch on a
-fixed number of threads (``accuracy.threads``: MKL splits a small product's inner dimension among
+fixed number of threads (``goldens.threads``: MKL splits a small product's inner dimension among
 threads, and torch a full reduction's sum), and the framework's FP64 sums that feed a record use a
 fixed order (``accuracy.term_sums.dot64``). Seen failing on a 2-core Xeon with avx512_bf16 before
 the comparison fixed its thread count: db, dw's allowances and dw's reference differed in their
@@ -53,7 +53,7 @@ def test_the_compiled_pass_leaves_torchs_thread_count_as_it_was():
 
 
 def test_the_comparison_runs_on_its_fixed_threads_and_puts_the_count_back():
-    from accuracy.threads import COMPARISON_THREADS, comparison_threads, compiled_pass_threads
+    from goldens.threads import COMPARISON_THREADS, comparison_threads, compiled_pass_threads
     before = torch.get_num_threads()
     try:
         for outer in (1, 3):

@@ -1,5 +1,6 @@
-"""The comparison's torch work on a fixed number of threads, so that no record depends on the
-process's thread count.
+"""The golden pass's and the comparison's torch work on a fixed number of threads, so that no
+golden and no record depends on the process's thread count (``GoldenPass.blocks`` and
+``accuracy.compare.compare_case`` run inside ``comparison_threads``).
 
 oneDNN/MKL split a product's inner dimension among threads when its output is too small to share
 (measured on a 2-core Xeon with avx512_bf16 and AMX, torch 2.13: FP32 and FP64 [96 x 1024] @
