@@ -33,7 +33,6 @@ def _fresh(math) -> DerivedMath:
 
 
 def test_swiglus_own_model_by_values_first_is_the_full_one_at_every_row():
-    torch.set_num_threads(1)
     value_first, chosen, full = _own_by_both(_fresh(swiglu_derived.backward), CaseSpec(300, 96, 200, "unit", 0))
     assert value_first
     own_rows = [o for o in swiglu_derived.DERIVED.own if o in full]
@@ -45,7 +44,6 @@ def test_swiglus_own_model_by_values_first_is_the_full_one_at_every_row():
 def test_an_own_output_reading_another_erring_value_takes_the_full_model():
     """dx plus sigmoid(x) / 64: x's sigmoid carries its FP32 ulps into dx's own recompute, which a
     value-first evaluation would drop (seen: its dx worst case is smaller than the full model's)."""
-    torch.set_num_threads(1)
 
     def math(ops, t):
         rows, reductions = swiglu_derived.backward(ops, t)
