@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from goldens.threads import comparison_threads
 from goldens.layers import bf16_faithful, fp64_ideal, tiled_emulation
 from operators.swiglu_backward.schedule import BF16_FAITHFUL, FP64_GLOBAL, RoundingPlan, TiledSchedule
 from goldens.stream import GoldenPass
@@ -86,17 +87,19 @@ def test_tiled_accumulates_partials_in_bf16_in_loop_order():
     x = inp["x"].float()
     acc = torch.zeros(1, dg.shape[1], dtype=torch.bfloat16)
     from operators.swiglu_backward.math import elementwise
-    dg32, _ = elementwise(inp["dy"][:], inp["g"], inp["fc"], BF16_FAITHFUL)
-    for start in range(0, m, 1024):
-        acc = acc + dg32[start:start + 1024].sum(0, keepdim=True).to(torch.bfloat16)
+    # on the goldens' fixed threads (goldens.threads): a small product's sum order follows the count
+    with comparison_threads():
+        dg32, _ = elementwise(inp["dy"][:], inp["g"], inp["fc"], BF16_FAITHFUL)
+        for start in range(0, m, 1024):
+            acc = acc + dg32[start:start + 1024].sum(0, keepdim=True).to(torch.bfloat16)
+        wacc = torch.zeros(x.shape[1], dg.shape[1], dtype=torch.bfloat16)
+        for start in range(0, m, 2048):
+            # a tile's FP32 partial in the canonical order: its 1024-row blocks' products, added in
+            # row order (one 2048-row GEMM sums in an order of oneDNN's choosing, which differs
+            # between CPUs: an Intel Xeon's differs from an AMD EPYC's in the last FP32 bits)
+            blocks = [x[b:min(b + 1024, m)].t() @ dg[b:min(b + 1024, m)] for b in range(start, min(start + 2048, m), 1024)]
+            wacc = wacc + sum(blocks[1:], blocks[0]).to(torch.bfloat16)
     assert torch.equal(tiled["db_g"], acc.float())
-    wacc = torch.zeros(x.shape[1], dg.shape[1], dtype=torch.bfloat16)
-    for start in range(0, m, 2048):
-        # a tile's FP32 partial in the canonical order: its 1024-row blocks' products, added in
-        # row order (one 2048-row GEMM sums in an order of oneDNN's choosing, which differs
-        # between CPUs: an Intel Xeon's differs from an AMD EPYC's in the last FP32 bits)
-        blocks = [x[b:min(b + 1024, m)].t() @ dg[b:min(b + 1024, m)] for b in range(start, min(start + 2048, m), 1024)]
-        wacc = wacc + sum(blocks[1:], blocks[0]).to(torch.bfloat16)
     assert torch.equal(tiled["dw_g"], wacc.float())
     assert not torch.equal(tiled["dw_g"], faithful["dw_g"])   # the drift is there at 2 tiles
 
