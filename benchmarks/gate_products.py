@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the numbers as one JSON object to this file")
     args = parser.parse_args()
 
-    from runs.allocator import keep_freed_memory
+    from goldens.heap import keep_freed_memory
     from accuracy.compare import compare_case
     from benchmarks.seed_case import measure_matmul, work
     from cases.spec import CaseSpec, make_inputs

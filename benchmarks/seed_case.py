@@ -113,7 +113,7 @@ def run_stage(stage: str, m: int, k: int, n: int) -> dict:
     from goldens.stream import GoldenPass
     from operators.swiglu_backward.schedule import ARTICLE
     from operators.swiglu_backward.kernels.torch_autograd import TORCH_BF16, torch_eager
-    from runs.allocator import keep_freed_memory
+    from goldens.heap import keep_freed_memory
     from operators.swiglu_backward import OPERATOR as SWIGLU
 
     keep_freed_memory()          # as the case matrix's processes do (cases/plugin.py)

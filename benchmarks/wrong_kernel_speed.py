@@ -30,7 +30,7 @@ def run_one(kind: str, m: int, k: int, n: int) -> dict:
     from cases.spec import CaseSpec, make_inputs
     from operators.swiglu_backward import OPERATOR as SWIGLU
     from operators.swiglu_backward.kernels.torch_autograd import TORCH_BF16, torch_eager
-    from runs.allocator import keep_freed_memory
+    from goldens.heap import keep_freed_memory
 
     keep_freed_memory()          # as the case matrix's processes do
     inputs = make_inputs(CaseSpec(m, k, n, "seed", 0, operator=SWIGLU))

@@ -43,7 +43,7 @@ import torch
 import operators
 from accuracy import allowance
 from runs import manifest, platform_facts
-from runs.allocator import keep_freed_memory
+from goldens.heap import keep_freed_memory
 from accuracy.bounds import accumulation_bound, accumulator_roundoff, unit_roundoff
 from runs.output_paths import OutputPathError, output_folder
 from accuracy.tolerances import tolerances_for

@@ -35,7 +35,7 @@ from cases.shards import assignment
 from cases.spec import InputsFileError
 from cases.summary import cell_verdicts, summary_lines
 from kernels.registry import BackendNotFound, resolve
-from runs.allocator import keep_freed_memory
+from goldens.heap import keep_freed_memory
 from runs.idle_threads import sleep_while_waiting
 from runs.manifest import build as build_manifest
 from runs.manifest import source_digest

@@ -31,6 +31,7 @@ from contract.operator import Operator
 from contract.schedule import RoundingPlan, TiledSchedule
 from goldens.blocks import REDUCTION_BLOCK, operand_sum
 from goldens.rounding import round_to
+from goldens.heap import release_fragments
 from goldens.threads import comparison_threads
 
 # Rows per streaming chunk. At the article's case (M=220000, one backend) the comparison took
@@ -263,6 +264,8 @@ class GoldenPass:
                 # before the next plan's chunk is evaluated, and before the block is yielded
                 result = lhs = rhs = None
             yield RowBlock(start, stop, rows, row_terms)
+            rows = row_terms = cast = raw = None
+            release_fragments()   # the block's buffers are free now (goldens.heap: why)
 
         for name, sched in self.layers.items():
             totals = {}

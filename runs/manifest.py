@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from runs import allocator, idle_threads, platform_facts
+from goldens import heap
+from runs import idle_threads, platform_facts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,7 +180,7 @@ def build(device: str = "cpu", facts: dict | None = None) -> dict:
         "npu": _safe(npu),
         "precision_flags": precision_flags(),
         "env": {k: os.environ[k] for k in NUMERIC_ENV if k in os.environ},
-        "allocator": allocator.state(),
+        "allocator": heap.state(),
         "omp_wait_policy": idle_threads.state(),
         "facts": facts if facts is not None else platform_facts.measure(device),
     }

@@ -24,6 +24,6 @@ def backward(ops, t):
 
 
 # The model's element-wise work in blocks of 2^20 elements (256 rows at N = 4096): its FP64
-# intermediates stay below the allocator's mmap threshold (``runs.allocator``), reused instead of
+# intermediates stay below the allocator's mmap threshold (``goldens.heap``), reused instead of
 # page-faulted afresh; the acceptance case's gate 75 s -> 33-38 s (one thread, 2026-12-05)
 DERIVED = DerivedMath(backward, POINTS, OPERATOR.outputs, operand_points={"dw": "dw_term"}, row_elements=1 << 20)
