@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -34,7 +35,9 @@ from cases.matrix import planned_cases as plan
 from cases.shards import assignment
 from cases.spec import InputsFileError
 from cases.summary import cell_verdicts, summary_lines
-from kernels.registry import BackendNotFound, resolve
+from kernels.isolated import ChildStartError, check_import
+from kernels.sealed_state import FRAMEWORK_PACKAGES
+from kernels.registry import BackendNotFound, current_path, resolve
 from goldens.heap import keep_freed_memory
 from runs.idle_threads import sleep_while_waiting
 from runs.manifest import build as build_manifest
@@ -197,6 +200,7 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):
         _check_device(config.getoption("--device"))
         for operator in run_operators(config):
+            _check_imports_apart(config, operator)
             for backend in selected_backends(config, operator):   # bad import paths and schedules stop the run here
                 try:
                     declared_schedule(operator, backend)
@@ -373,6 +377,26 @@ def selected_backends(config, operator, names=None):
         return [resolve(operator, n) for n in (backend_names(config, operator) if names is None else names)]
     except BackendNotFound as exc:
         raise pytest.UsageError(str(exc)) from exc
+
+
+PROJECT_PACKAGES = FRAMEWORK_PACKAGES + ("kernels",)     # the registered backends live here
+
+
+def _check_imports_apart(config, operator) -> None:
+    """Each backend module this process does not hold yet imported in a child first, when cells run
+    isolated: one that exits, hangs or crashes as it imports stops the run with its reason, not
+    the run itself without a record (``kernels.isolated.check_import``)."""
+    if config.getoption("--no-isolation") or str(config.getoption("--device")).split(":")[0] != "cpu":
+        return
+    for name in backend_names(config, operator):
+        path = current_path(operator.backends.get(name, name))
+        module = path.partition(":")[0]
+        if ":" not in path or not module or module in sys.modules or module.split(".")[0] in PROJECT_PACKAGES:
+            continue
+        try:
+            check_import(name, path)
+        except ChildStartError as exc:
+            raise pytest.UsageError(str(exc)) from exc
 
 
 PLANNED_CASES = pytest.StashKey[list]()

@@ -57,16 +57,18 @@ _CTX.set_forkserver_preload(["torch", __name__])
 START_SECONDS = 300          # starting the fork server and importing the backend: seconds, not minutes
 
 
-def _child(name: str, path: str, environment: dict[str, str], conn) -> None:
+def _child(name: str, path: str, environment: dict[str, str], conn, module_path: list[str] | None = None) -> None:
     """The child's loop: one request (input factory, device) at a time, until told to stop (None).
     The child leads a session of its own, so whatever the backend forks is killed with it, and
     dies with its parent (a worker killed by SIGKILL leaves no child behind). Its environment is
     the framework's process's when the child started, as a spawned child's would be (the fork
-    server's is the one it was started with)."""
+    server's is the one it was started with), and so is its module search path."""
     os.setsid()
     if os.environ != environment:
         os.environ.clear()
         os.environ.update(environment)
+    if module_path is not None:      # the modules the framework's process would import now
+        sys.path[:] = module_path
     _die_with_parent()
     try:
         backend = resolve_path(name, path)
@@ -136,13 +138,14 @@ class _Child:
     def __init__(self, name: str, path: str):
         self.name = name
         self.conn, child_conn = _CTX.Pipe()
-        self.proc = _CTX.Process(target=_child, args=(name, path, dict(os.environ), child_conn), daemon=True,
+        self.proc = _CTX.Process(target=_child, args=(name, path, dict(os.environ), child_conn, list(sys.path)), daemon=True,
                                  name=f"backend:{name}")
         self.proc.start()
         child_conn.close()
         if not self.conn.poll(START_SECONDS):
             self.kill()
-            raise ChildStartError(f"backend {name!r}: its child process did not start in {START_SECONDS} s")
+            raise ChildStartError(f"backend {name!r}: its child process did not start in {START_SECONDS} s "
+                                  f"(the fork server's start and the import of {path.partition(':')[0]!r})")
         try:
             message = self.conn.recv()
         except (EOFError, OSError):
@@ -209,6 +212,14 @@ def can_isolate(backend: Backend, device: str) -> bool:
         return resolve_path(backend.name, backend.path).fn is backend.fn
     except BackendNotFound:
         return False
+
+
+def check_import(name: str, path: str) -> None:
+    """Import the backend's module in a child process first (raises ``ChildStartError``): a module
+    that exits, crashes, hangs or fails while it imports stops the run with the reason before the
+    framework's own process imports it (``cases.plugin`` does this for every module it does not
+    hold yet)."""
+    _Child(name, path).stop()
 
 
 TIMED_OUT = ("timed_out",)

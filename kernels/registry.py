@@ -7,11 +7,13 @@ for, so a backend whose toolchain is absent (pypto, triton) costs nothing until 
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from contract.operator import Operator
+from kernels.sealed_state import function_table, replaced_functions, restore_functions
 
 
 # Where SwiGLU's kernels lived before each operator became one folder: a --backend path (or an
@@ -69,6 +71,9 @@ def resolve_path(spec: str, path: str) -> Backend:
     if not module_name or not attr or module_name.startswith("."):
         raise BackendNotFound(f"backend {spec!r}: expected 'package.module:callable' (an absolute module path, "
                               f"a ':' and the callable's name)")
+    # a module runs its own code as it is imported: checked, like a call, for what it replaced of
+    # torch and the framework (a gate replaced here would judge every later cell of the process)
+    table = function_table() if module_name not in sys.modules else None
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:   # noqa: BLE001 - a user's module may raise anything while it imports
@@ -76,6 +81,13 @@ def resolve_path(spec: str, path: str) -> Backend:
                               f"{type(exc).__name__}: {str(exc)[:500]}") from exc
     except SystemExit as exc:       # the module's own code calling sys.exit
         raise BackendNotFound(f"backend {spec!r}: importing {module_name!r} called sys.exit({exc.code!r})") from exc
+    replaced = replaced_functions(table) if table is not None else []
+    if replaced:
+        restore_functions(table, replaced)
+        names = [f"{space}.{name}" for space, name in replaced]
+        raise BackendNotFound(f"backend {spec!r}: importing {module_name!r} replaced {', '.join(names[:8])}"
+                              f"{' ...' if len(names) > 8 else ''}; the framework put them back and refuses the "
+                              f"backend: a backend's module must leave torch and the framework as it found them")
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -263,10 +264,47 @@ def _namespaces() -> dict[str, object]:
     return spaces
 
 
-def function_table() -> dict[tuple[str, str], object]:
-    """(namespace, attribute) -> the callable or module found there, for every attribute that reads
-    the same object twice (an attribute computed afresh on each read is no identity to check).
-    About 4000 attributes (the framework modules and their classes), 10 ms."""
+# Module constants of the framework checked like its functions: an upper-case name holding an
+# immutable value (the acceptance tolerance, a limit, a dtype); a backend that rebinds one would move
+# the gate for every later cell. Lower-case module globals are the framework's own caches.
+CONSTANT_TYPES = (int, float, str, bytes, bool, tuple, frozenset, torch.dtype, type(None))
+
+
+def _is_constant(space_name: str, space, attr: str, value) -> bool:
+    if not attr.isupper() or isinstance(space, type) or space_name.split(".")[0] not in FRAMEWORK_PACKAGES:
+        return False
+    frozen = getattr(getattr(type(value), "__dataclass_params__", None), "frozen", False)
+    return isinstance(value, CONSTANT_TYPES) or frozen
+
+
+def _function_of(obj):
+    """The plain function behind ``obj`` (a staticmethod's or classmethod's too), or None."""
+    fn = getattr(obj, "__func__", obj) if isinstance(obj, (staticmethod, classmethod)) else obj
+    return fn if isinstance(fn, types.FunctionType) else None
+
+
+def _body(obj) -> tuple:
+    """What a call of ``obj`` runs besides its identity: a function's code, defaults and closure
+    cells' contents (swapping ``__code__`` keeps the function the same object)."""
+    fn = _function_of(obj)
+    if fn is None:
+        return ()
+    cells = tuple(id(c.cell_contents) if _cell_full(c) else None for c in (fn.__closure__ or ()))
+    return (fn.__code__, fn.__defaults__, id(fn.__kwdefaults__), cells)
+
+
+def _cell_full(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
+def function_table() -> dict[tuple[str, str], tuple]:
+    """(namespace, attribute) -> (the callable, module or constant found there, its body), for every
+    attribute that reads the same object twice (an attribute computed afresh on each read is no
+    identity to check). About 4000 attributes (the framework modules and their classes), 10 ms."""
     table = {}
     for space_name, space in _namespaces().items():
         try:
@@ -276,9 +314,10 @@ def function_table() -> dict[tuple[str, str], object]:
         for attr in names:
             try:
                 first = _read(space_name, space, attr)
-                if (callable(first) or isinstance(first, (type(sys), staticmethod, classmethod))) \
+                if (callable(first) or isinstance(first, (type(sys), staticmethod, classmethod))
+                        or _is_constant(space_name, space, attr, first)) \
                         and _read(space_name, space, attr) is first and (space_name, attr) not in TORCH_REPLACES_ITSELF:
-                    table[(space_name, attr)] = first
+                    table[(space_name, attr)] = (first, _body(first))
             except Exception:   # noqa: BLE001 - lazy attributes may raise; they are not checked
                 continue
     return table
@@ -292,26 +331,32 @@ def _read(space_name: str, space, attr: str):
     return getattr(space, attr)
 
 
-def replaced_functions(table: dict[tuple[str, str], object]) -> list[tuple[str, str]]:
-    """Entries of ``table`` that now read another object (or none)."""
+def replaced_functions(table: dict[tuple[str, str], tuple]) -> list[tuple[str, str]]:
+    """Entries of ``table`` that now read another object (or none), or a function whose code,
+    defaults or closure were swapped in place."""
     spaces = _namespaces()
     out = []
-    for (space_name, attr), obj in table.items():
+    for (space_name, attr), (obj, body) in table.items():
         space = spaces.get(space_name)
         try:
             now = _read(space_name, space, attr)
         except Exception:   # noqa: BLE001 - deleted
             now = None
-        if now is not obj:
+        if now is not obj or _body(now) != body:
             out.append((space_name, attr))
     return out
 
 
-def restore_functions(table: dict[tuple[str, str], object], replaced: list[tuple[str, str]]) -> None:
+def restore_functions(table: dict[tuple[str, str], tuple], replaced: list[tuple[str, str]]) -> None:
     spaces = _namespaces()
     for space_name, attr in replaced:
+        obj, body = table[(space_name, attr)]
         with contextlib.suppress(Exception):
-            setattr(spaces[space_name], attr, table[(space_name, attr)])
+            setattr(spaces[space_name], attr, obj)
+        fn = _function_of(obj)
+        if fn is not None and body:
+            with contextlib.suppress(Exception):
+                fn.__code__, fn.__defaults__ = body[0], body[1]
 
 
 def _mode_depths() -> tuple[int, int]:

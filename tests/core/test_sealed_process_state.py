@@ -176,3 +176,70 @@ def test_a_derived_gate_cannot_be_replaced_from_a_backend():
     run = run_backend(SWIGLU, Backend("hostile:derived-instance", _then(_patch_derived_gate_instance)), INPUTS)
     assert run.error is not None and "read-only" in run.error, run.error
     assert "row_allowance" not in vars(DERIVED.gate)
+
+
+def _swap_gate_code():
+    import accuracy.gate
+
+    def passes(metrics):
+        return True, True
+    accuracy.gate.aggregate_checks.__code__ = passes.__code__      # the same function object
+
+
+def _loosen_the_acceptance():
+    import accuracy.tolerances
+    accuracy.tolerances.ACCEPTANCE = accuracy.tolerances.Tolerance(0.5, 1.0)
+
+
+@pytest.mark.parametrize("patch, named", [(_swap_gate_code, "accuracy.gate.aggregate_checks"),
+                                          (_loosen_the_acceptance, "accuracy.tolerances.ACCEPTANCE")])
+def test_a_function_changed_in_place_or_a_constant_rebound_fails_its_cell_and_is_put_back(patch, named):
+    """Swapping a function's ``__code__`` keeps its identity, and rebinding a module constant
+    replaces no function: both moved the gate for every later backend of an in-process run
+    (found by an adversarial sweep) until the seal checked code and upper-case constants too."""
+    import accuracy.gate
+    import accuracy.tolerances
+    code, acceptance = accuracy.gate.aggregate_checks.__code__, accuracy.tolerances.ACCEPTANCE
+    run = run_backend(SWIGLU, Backend("hostile:in-place", _then(patch)), INPUTS)
+    assert run.error is not None and named in run.error, run.error
+    assert accuracy.gate.aggregate_checks.__code__ is code
+    assert accuracy.tolerances.ACCEPTANCE is acceptance
+
+
+IMPORT_PATCH = """
+import accuracy.gate
+_real = accuracy.gate.verdict
+accuracy.gate.verdict = lambda *a, **kw: _real(*a, **kw)
+def kernel(**inputs):
+    raise AssertionError("never called")
+"""
+
+
+def test_a_module_that_patches_the_gate_as_it_imports_is_refused(tmp_path, monkeypatch):
+    """The call's seal compares against the table taken at the call: a replacement made while the
+    backend's module imported was its baseline, and a wrong kernel beside it passed (found by an
+    adversarial sweep). Importing is checked like a call."""
+    import accuracy.gate
+    from kernels.registry import BackendNotFound, resolve_path
+    (tmp_path / "patches_on_import.py").write_text(IMPORT_PATCH)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    original = accuracy.gate.verdict
+    with pytest.raises(BackendNotFound, match=r"importing 'patches_on_import' replaced accuracy\.gate\.verdict"):
+        resolve_path("mine", "patches_on_import:kernel")
+    assert accuracy.gate.verdict is original
+    sys.modules.pop("patches_on_import", None)
+
+
+@pytest.mark.parametrize("body, says", [("import os\nos._exit(0)\n", "exited with code 0"),
+                                        ("import time\ntime.sleep(10 ** 6)\n", "did not start in 20 s")])
+def test_a_module_that_exits_or_hangs_as_it_imports_stops_in_a_child(tmp_path, monkeypatch, body, says):
+    """Imported in the framework's process, such a module ended the run with exit code 0 and no
+    record, or hung it past --cell-timeout (found by an adversarial sweep); the plugin imports it
+    in a child first, which reports why it did not load."""
+    from kernels import isolated
+    (tmp_path / "bad_import.py").write_text(body + "def kernel(**inputs):\n    return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(isolated, "START_SECONDS", 20)
+    with pytest.raises(isolated.ChildStartError, match=says):
+        isolated.check_import("mine", "bad_import:kernel")
+    assert "bad_import" not in sys.modules
