@@ -64,6 +64,36 @@ def _bit_identical(a: dict, b: dict) -> bool:
     return all(bool(same_bits(a[o], b[o]).all()) for o in a)
 
 
+def _other_values(spec: CaseSpec) -> CaseSpec | None:
+    """The case's shapes with other values: the operator's first scale profile (the next seed if the
+    case is drawn from it); None for inputs read from a file."""
+    if spec.inputs_file is not None:
+        return None
+    first = next(iter(spec.declaration.scales))
+    return CaseSpec(sizes=spec.sizes, scale=first, seed=spec.seed + (first == spec.scale), operator=spec.operator)
+
+
+def _skip_by_shape(spec: CaseSpec, b: Backend, skipped: BackendRun, device: str, isolate: bool,
+                   cell_timeout: float | None) -> BackendRun:
+    """A backend may decline a case by its shapes, dtype or device (``BackendUnsupported``), never by
+    its values: otherwise a wrong kernel could decline exactly the cases that expose it and the run
+    would pass. The backend is called once more on the same shapes with other values; the skip
+    stands only if it declines those too."""
+    other = _other_values(spec)
+    if other is None:
+        return skipped
+    if isolate and can_isolate(b, device):
+        probe = run_isolated(b, other, device, timeout=cell_timeout)
+    else:
+        probe = run_backend(spec.declaration, b, make_inputs(other, device))
+    if probe.skipped:
+        return skipped
+    how = "ran" if probe.ok else f"did not decline them ({(probe.error or probe.status or '').splitlines()[0][:200]})"
+    return BackendRun(b.name, error=f"{skipped.skipped}; but it {how} on the same shapes with other values (case "
+                                    f"{other.id}): a backend may decline a case by its shapes, dtype or device, "
+                                    f"not by its values", seconds=skipped.seconds, output=skipped.output)
+
+
 def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = "cpu",
                   golden_device: str | None = None,
                   chunk_rows: int | None = None, isolate: bool = False,
@@ -121,6 +151,9 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         return result
 
     runs = {b.name: called(i, b) for i, b in enumerate(backends, 1)}
+    for b in backends:
+        if runs[b.name].skipped:
+            runs[b.name] = _skip_by_shape(spec, b, runs[b.name], device, isolate, cell_timeout)
     repeat_of: dict[str, str] = {}    # "name#repeatI" -> name, for repeats that differ from the first run
     ok = {name: run.outputs for name, run in runs.items() if run.ok}
     for b in backends:

@@ -213,3 +213,30 @@ def test_repeats_record_determinism_and_every_repeat_is_gated():
     assert all(v[o].passed for o in v if o != "dw_g"), {o: v[o].message for o in v if not v[o].passed}
     assert all(x.passed for x in outcome.verdicts["torch-eager"].values())
     assert set(outcome.comparison["backends"]) == {"flaky", "torch-eager"}
+
+
+def _declines_small_values(**inputs):
+    from contract.backend import BackendUnsupported
+    if inputs["dy"].float().abs().max() < 2.0 ** -100:        # the tiny profile: where its error shows
+        raise BackendUnsupported("this kernel's tiles do not support this shape")
+    return {k: v * 1.5 for k, v in torch_eager(**inputs).items()}
+
+
+def _declines_long_cases(**inputs):
+    from contract.backend import BackendUnsupported
+    if inputs["x"].shape[0] > 1000:
+        raise BackendUnsupported("above this kernel's 1000 rows")
+    return torch_eager(**inputs)
+
+
+def test_a_backend_declines_a_case_by_its_shapes_not_by_its_values():
+    """A wrong kernel that declined exactly the cases exposing it passed the run with skips (found
+    by an adversarial sweep). The backend is called again on the case's shapes with other values:
+    declining those too keeps the skip, running them fails the cell."""
+    outcome = evaluate_case(SPEC, [Backend("hostile:declines-values", _declines_small_values)])
+    run = outcome.runs["hostile:declines-values"]
+    assert not run.skipped and "by its shapes, dtype or device, not by its values" in run.error, run
+    assert "(case M1025-K96-N200-seed-s0)" in run.error          # the first profile, the same shapes
+    outcome = evaluate_case(SPEC, [Backend("declines-shapes", _declines_long_cases)])
+    run = outcome.runs["declines-shapes"]
+    assert run.error is None and "above this kernel's 1000 rows" in run.skipped, run
