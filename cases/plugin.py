@@ -787,6 +787,8 @@ def _record_planned(config, nodeids) -> None:
         param = cell_param(nodeid)
         if param in cells:
             planned.append(cells[param])
+    if config.option.collectonly:
+        return      # a listing of the cells runs none: no run folder, nothing missing
     config.stash[PLANNED] = planned
     if planned:
         _start_run(config, planned)

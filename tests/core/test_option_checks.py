@@ -78,3 +78,12 @@ def test_a_shard_without_a_case_writes_an_empty_run_that_merges(tmp_path):
     merged = subprocess.run([sys.executable, "-m", "accuracy", "merge", *map(str, runs), "-o", str(tmp_path / "m")],
                             cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert merged.returncode == 0, merged.stdout + merged.stderr
+
+
+def test_listing_the_cells_runs_none_and_starts_no_run(tmp_path):
+    """``--collect-only`` listed the cells, then reported each as planned but missing and left a
+    run folder behind (found by an adversarial sweep)."""
+    out = _pytest("--collect-only", "--results-dir", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "MISSING" not in out.stdout and "test_cell[" in out.stdout
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "latest").exists()
