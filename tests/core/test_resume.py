@@ -17,6 +17,8 @@ import pytest
 
 
 ROOT = Path(__file__).resolve().parents[2]
+# the module fixtures run the matrix in subprocesses (20-50 s each): made once, on one worker
+pytestmark = pytest.mark.xdist_group("resume")
 WRONG = "operators.swiglu_backward.kernels.plain:round_up_stores"
 CASES = ("64,96,200,unit", "1025,96,200,unit", "128,96,200,unit")
 BACKENDS = ("torch-eager", WRONG, "operators.swiglu_backward.kernels.plain:plain")

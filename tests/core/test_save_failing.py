@@ -23,6 +23,8 @@ from runs.record_diff import diff_records
 
 
 ROOT = Path(__file__).resolve().parents[2]
+# the module fixtures run the matrix in subprocesses (20-50 s each): made once, on one worker
+pytestmark = pytest.mark.xdist_group("save-failing")
 WRONG = "operators.swiglu_backward.kernels.plain:round_up_stores"
 DYING = "tests.core.dying_kernels:die_at_m2"     # its child process exits at M=2: a crashed cell
 # another CPU kind on this machine: oneDNN without avx512_bf16 and AMX, so torch's BF16 GEMM converts

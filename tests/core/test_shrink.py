@@ -31,6 +31,8 @@ from operators.swiglu_backward.kernels.plain import plain
 
 
 ROOT = Path(__file__).resolve().parents[2]
+# the module fixtures run the matrix in subprocesses (20-50 s each): made once, on one worker
+pytestmark = pytest.mark.xdist_group("shrink")
 FIRST_WRONG_ROW = 2048       # the tail kernel's dx is right above this row, wrong from it on
 WRONG_FACTOR = 1.05          # 5%: over six times the gate's rtol (1/128)
 CASE = (4097, 96, 200, "seed", 0)
