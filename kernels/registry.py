@@ -63,16 +63,10 @@ def resolve(operator: Operator, spec: str) -> Backend:
     return resolve_path(spec, path)
 
 
-def resolve_path(spec: str, path: str) -> Backend:
-    """The callable at ``path`` (``package.module:callable``; an old module path of ``MOVED_MODULES``
-    too) as the backend ``spec``."""
-    path = current_path(path)
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr or module_name.startswith("."):
-        raise BackendNotFound(f"backend {spec!r}: expected 'package.module:callable' (an absolute module path, "
-                              f"a ':' and the callable's name)")
-    # a module runs its own code as it is imported: checked, like a call, for what it replaced of
-    # torch and the framework (a gate replaced here would judge every later cell of the process)
+def _import_checked(spec: str, module_name: str):
+    """The module, imported the first time with what it replaced of torch and the framework checked,
+    like a call (a gate replaced here would judge every later cell of the process): put back
+    whether or not the import succeeded, and the backend refused."""
     table = function_table() if module_name not in sys.modules else None
     try:
         module = importlib.import_module(module_name)
@@ -81,13 +75,27 @@ def resolve_path(spec: str, path: str) -> Backend:
                               f"{type(exc).__name__}: {str(exc)[:500]}") from exc
     except SystemExit as exc:       # the module's own code calling sys.exit
         raise BackendNotFound(f"backend {spec!r}: importing {module_name!r} called sys.exit({exc.code!r})") from exc
-    replaced = replaced_functions(table) if table is not None else []
+    finally:
+        replaced = replaced_functions(table) if table is not None else []
+        if replaced:
+            restore_functions(table, replaced)
     if replaced:
-        restore_functions(table, replaced)
         names = [f"{space}.{name}" for space, name in replaced]
         raise BackendNotFound(f"backend {spec!r}: importing {module_name!r} replaced {', '.join(names[:8])}"
                               f"{' ...' if len(names) > 8 else ''}; the framework put them back and refuses the "
                               f"backend: a backend's module must leave torch and the framework as it found them")
+    return module
+
+
+def resolve_path(spec: str, path: str) -> Backend:
+    """The callable at ``path`` (``package.module:callable``; an old module path of ``MOVED_MODULES``
+    too) as the backend ``spec``."""
+    path = current_path(path)
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr or module_name.startswith("."):
+        raise BackendNotFound(f"backend {spec!r}: expected 'package.module:callable' (an absolute module path, "
+                              f"a ':' and the callable's name)")
+    module = _import_checked(spec, module_name)
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)

@@ -215,16 +215,19 @@ def kernel(**inputs):
 """
 
 
-def test_a_module_that_patches_the_gate_as_it_imports_is_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize("then, says", [("", r"importing 'patches_on_import' replaced accuracy\.gate\.verdict"),
+                                        ("raise ImportError('no toolchain')", "ImportError: no toolchain")])
+def test_a_module_that_patches_the_gate_as_it_imports_is_refused(tmp_path, monkeypatch, then, says):
     """The call's seal compares against the table taken at the call: a replacement made while the
     backend's module imported was its baseline, and a wrong kernel beside it passed (found by an
-    adversarial sweep). Importing is checked like a call."""
+    adversarial sweep). Importing is checked like a call, and what it replaced is put back when the
+    import then fails too."""
     import accuracy.gate
     from kernels.registry import BackendNotFound, resolve_path
-    (tmp_path / "patches_on_import.py").write_text(IMPORT_PATCH)
+    (tmp_path / "patches_on_import.py").write_text(IMPORT_PATCH + then + "\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     original = accuracy.gate.verdict
-    with pytest.raises(BackendNotFound, match=r"importing 'patches_on_import' replaced accuracy\.gate\.verdict"):
+    with pytest.raises(BackendNotFound, match=says):
         resolve_path("mine", "patches_on_import:kernel")
     assert accuracy.gate.verdict is original
     sys.modules.pop("patches_on_import", None)
