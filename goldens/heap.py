@@ -113,12 +113,6 @@ def _heap_calls():
     return _heap
 
 
-def free_bytes() -> int | None:
-    """The bytes in the heap's free chunks, every arena (None: not glibc 2.33+)."""
-    libc = _heap_calls()
-    return int(libc.mallinfo2().fordblks) if libc else None
-
-
 def _resident_free(libc) -> int:
     """Resident bytes not in a live heap block or a mapped one: the heap's free chunks still in
     memory, plus the process's code and Python's own pools (constant across blocks)."""

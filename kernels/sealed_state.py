@@ -283,22 +283,39 @@ def _function_of(obj):
     return fn if isinstance(fn, types.FunctionType) else None
 
 
+_EMPTY_CELL = object()
+
+
 def _body(obj) -> tuple:
-    """What a call of ``obj`` runs besides its identity: a function's code, defaults and closure
-    cells' contents (swapping ``__code__`` keeps the function the same object)."""
+    """What a call of ``obj`` runs besides its identity: a function's code, defaults, keyword
+    defaults and closure cells' contents (swapping ``__code__`` keeps the function the same object).
+    Compared by identity (``_same_body``): a default may be a tensor, whose ``==`` is no answer."""
     fn = _function_of(obj)
     if fn is None:
         return ()
-    cells = tuple(id(c.cell_contents) if _cell_full(c) else None for c in (fn.__closure__ or ()))
-    return (fn.__code__, fn.__defaults__, id(fn.__kwdefaults__), cells)
+    cells = tuple(_cell_contents(c) for c in (fn.__closure__ or ()))
+    return (fn.__code__, fn.__defaults__, fn.__kwdefaults__, *cells)
 
 
-def _cell_full(cell) -> bool:
+def _cell_contents(cell):
     try:
-        cell.cell_contents
-        return True
+        return cell.cell_contents
     except ValueError:
-        return False
+        return _EMPTY_CELL
+
+
+def _same_body(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _put_body_back(fn, body: tuple) -> None:
+    fn.__code__, fn.__defaults__, fn.__kwdefaults__ = body[:3]
+    for cell, value in zip(fn.__closure__ or (), body[3:]):
+        if value is _EMPTY_CELL:
+            with contextlib.suppress(ValueError):
+                del cell.cell_contents
+        else:
+            cell.cell_contents = value
 
 
 def function_table() -> dict[tuple[str, str], tuple]:
@@ -342,7 +359,7 @@ def replaced_functions(table: dict[tuple[str, str], tuple]) -> list[tuple[str, s
             now = _read(space_name, space, attr)
         except Exception:   # noqa: BLE001 - deleted
             now = None
-        if now is not obj or _body(now) != body:
+        if now is not obj or not _same_body(_body(now), body):
             out.append((space_name, attr))
     return out
 
@@ -356,7 +373,7 @@ def restore_functions(table: dict[tuple[str, str], tuple], replaced: list[tuple[
         fn = _function_of(obj)
         if fn is not None and body:
             with contextlib.suppress(Exception):
-                fn.__code__, fn.__defaults__ = body[0], body[1]
+                _put_body_back(fn, body)
 
 
 def _mode_depths() -> tuple[int, int]:
