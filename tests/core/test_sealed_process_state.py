@@ -246,3 +246,24 @@ def test_a_module_that_exits_or_hangs_as_it_imports_stops_in_a_child(tmp_path, m
     with pytest.raises(isolated.ChildStartError, match=says):
         isolated.check_import("mine", "bad_import:kernel")
     assert "bad_import" not in sys.modules
+
+
+def test_a_closure_changed_in_place_fails_its_cell_and_is_put_back(monkeypatch):
+    """A closure's cell rebound (the function the same object, its body another value) and a
+    default replaced by a tensor (whose ``==`` is no answer): named, and put back as they were."""
+    import accuracy.gate
+
+    def make():
+        limit = 0.5
+
+        def within(x, scale=1.0):
+            return x <= limit * scale
+        return within
+    monkeypatch.setattr(accuracy.gate, "_within", make(), raising=False)
+
+    def loosen():
+        accuracy.gate._within.__closure__[0].cell_contents = 1e30
+        accuracy.gate._within.__defaults__ = (torch.ones(2),)
+    run = run_backend(SWIGLU, Backend("hostile:closure", _then(loosen)), INPUTS)
+    assert run.error is not None and "accuracy.gate._within" in run.error, run.error
+    assert accuracy.gate._within(0.4) and not accuracy.gate._within(0.6)
