@@ -41,6 +41,7 @@ from accuracy.tolerances import Tolerance, tolerances_for
 from contract.operator import ROUNDED_TERMS, Operator
 from contract.schedule import TiledSchedule
 from goldens.blocks import blocks, operand_sum
+from goldens.emulation import served_outputs
 from goldens.rounding import round_to
 from goldens.stream import GoldenPass
 
@@ -127,9 +128,12 @@ def compare_case(operator: Operator, inputs: Mapping[str, torch.Tensor],
                  outputs: Mapping[str, Mapping[str, torch.Tensor]],
                  schedules: Mapping[str, TiledSchedule], *, tolerances: Mapping[str, Tolerance] | None = None,
                  chunk_rows: int | None = None, diagnose: bool = True,
-                 row_rms: Mapping[str, float] | None = None, progress=None) -> dict:
+                 row_rms: Mapping[str, float] | None = None, progress=None,
+                 served: Mapping[str, TiledSchedule] | None = None) -> dict:
     """``outputs[backend]`` are validated backend outputs; ``schedules[backend]`` the schedule
-    each backend declares (its faithful and tiled goldens, for diagnosis). Every backend is gated
+    each backend declares (its faithful and tiled goldens, for diagnosis); ``served[backend]``:
+    a schedule emulation's schedule, whose outputs are that schedule's tiled layer of this pass
+    (``goldens.emulation``), compared like any backend's. Every backend is gated
     against the same reference with the same allowance (``accuracy.allowance``), and its
     downstream outputs against its own upstream ones (the operator gate's ``OWN_SOURCE``); the
     verdict reads nothing else, so ``diagnose=False`` (no faithful or tiled layers, and of the FP64
@@ -148,7 +152,7 @@ def compare_case(operator: Operator, inputs: Mapping[str, torch.Tensor],
     (``rows(done, m)``), e.g. ``cases.progress.CaseProgress``. torch runs on a fixed number of
     threads inside (``goldens.threads``): the records do not depend on the process's thread count."""
     with comparison_threads():
-        args = dict(tolerances=tolerances, chunk_rows=chunk_rows, diagnose=diagnose)
+        args = dict(tolerances=tolerances, chunk_rows=chunk_rows, diagnose=diagnose, served=served)
         comparison = CaseComparison(operator, inputs, outputs, schedules, row_rms=row_rms, **args)
         if progress is not None:
             progress.stage("goldens and comparison")
@@ -187,8 +191,10 @@ class CaseComparison:
     def __init__(self, operator: Operator, inputs: Mapping[str, torch.Tensor],
                  outputs: Mapping[str, Mapping[str, torch.Tensor]], schedules: Mapping[str, TiledSchedule], *,
                  tolerances: Mapping[str, Tolerance] | None = None, chunk_rows: int | None = None,
-                 diagnose: bool = True, row_rms: Mapping[str, float] | None = None):
+                 diagnose: bool = True, row_rms: Mapping[str, float] | None = None,
+                 served: Mapping[str, TiledSchedule] | None = None):
         self.operator, self.inputs, self.outputs, self.schedules = operator, inputs, outputs, schedules
+        self.backends = (*outputs, *(served or {}))
         self.diagnose, self.known_row_rms = diagnose, row_rms
         # recomputed from a kernel's own upstream outputs
         self.own_outputs = tuple(operator.gate.OWN_SOURCE)
@@ -205,6 +211,15 @@ class CaseComparison:
             for pair in (GoldenPair(names["faithful"], "fp64"), GoldenPair(names["tiled"], names["faithful"])):
                 if pair not in self.pairs:
                     self.pairs.append(pair)
+        # a served emulation's outputs: its schedule's tiled layer, computed once for it and for
+        # every backend that declares the schedule
+        self.served_layers: dict[str, str] = {}
+        for b, sched in (served or {}).items():
+            name = f"tiled:{sched.name}"
+            if layers.setdefault(name, sched) != sched:      # another schedule of the same name
+                name = f"served:{b}"
+                layers[name] = sched
+            self.served_layers[b] = name
         # the tiled layers' per-tile drift, recorded by the pass itself (the report's heatmap reads it)
         self.drift = TileDriftRecorder({name: s for name, s in layers.items()
                                         if name.startswith("tiled:") and not s.is_global},
@@ -215,11 +230,11 @@ class CaseComparison:
         self.rms: dict[str, float] = dict(row_rms or {})
         self.row_sums = {o: [0.0, 0] for o in operator.row_outputs}
         self.ideal = {o: ErrorStats(self.tolerances[o], self.shapes[o], dual_only=True) for o in operator.row_outputs}
-        self.per_backend: dict = {b: {} for b in outputs}
+        self.per_backend: dict = {b: {} for b in self.backends}
         self.between: dict[GoldenPair, dict] = {pair: {} for pair in self.pairs}
         for o in operator.row_outputs:
             self._add_output(o)
-        self.own_sums = {b: _OwnSums() for b in outputs}
+        self.own_sums = {b: _OwnSums() for b in self.backends}
         self.weights = {name: inputs[name].float() for name in operator.input_names
                         if name not in operator.row_inputs}
         self.shared_rows: set = set()   # (backend, output) whose tiled rows are the faithful rows
@@ -231,7 +246,7 @@ class CaseComparison:
     def _add_output(self, o: str) -> None:
         """The comparisons of output ``o``, with its reference rms where it is known."""
         tol, shape, rms = self.tolerances[o], self.shapes[o], self.rms.get(o)
-        for b in self.outputs:
+        for b in self.backends:
             # without diagnosis the FP64 comparison serves the dual verdict alone: its metrics only
             self.per_backend[b][o] = {g: ErrorStats(tol, shape, dual=g == "fp64",
                                                     dual_only=g == "fp64" and not self.diagnose, scale_rms=rms)
@@ -273,8 +288,8 @@ class CaseComparison:
             return models[o]
 
         raw = {name: self.inputs[name][block.start:block.stop] for name in op.row_inputs}
-        for b, kernel_out in self.outputs.items():
-            kernel_rows = {o: kernel_out[o][block.start:block.stop] for o in op.row_outputs}
+        backend_rows = {b: self._block_rows(b, block) for b in self.backends}
+        for b, kernel_rows in backend_rows.items():
             own = gate.own(raw, self.weights, kernel_rows)
             self.own_sums[b].add(own.operands)
             for o, recomputed in own.rows.items():
@@ -286,8 +301,8 @@ class CaseComparison:
             self.ideal[o].update(reference, exact, row_offset=block.start)
             model = model_of(o)
             rounded = o + ROUNDED_TERMS
-            for b, kernel_out in self.outputs.items():
-                actual = kernel_out[o][block.start:block.stop]
+            for b, kernel_rows in backend_rows.items():
+                actual = kernel_rows[o]
                 _update_gated(self.per_backend[b][o][REFERENCE], actual, exact, reference, model, block.start)
                 bound = gate.bound(o, exact, block.terms.abs, self.schedules[b], sizes) if diagnose else None
                 # the diagnosis layers: one rounding of a stored term may flip (the operator's
@@ -313,6 +328,19 @@ class CaseComparison:
                 self.between[pair][o].update(a[o], b[o], row_offset=block.start, rounded_terms=b.get(rounded))
             models.pop(o)
 
+    def _block_rows(self, b: str, block) -> dict[str, torch.Tensor]:
+        """Backend ``b``'s row outputs in this block: its own, or a served emulation's tiled layer."""
+        if b in self.served_layers:
+            layer = block.rows[self.served_layers[b]]
+            return served_outputs(self.operator, {o: layer[o] for o in self.operator.row_outputs})
+        return {o: self.outputs[b][o][block.start:block.stop] for o in self.operator.row_outputs}
+
+    def _reduction(self, b: str, o: str) -> torch.Tensor:
+        """Backend ``b``'s reduction output ``o``: its own, or a served emulation's tiled layer."""
+        if b in self.served_layers:
+            return served_outputs(self.operator, {o: self.golden_pass.reductions[self.served_layers[b]][o]})[o]
+        return self.outputs[b][o]
+
     def needs_second_pass(self) -> bool:
         """Settle the row outputs' atols on their final rms (a first pass, rms not known before);
         True where a count against an atol is not exact, so the rows must be compared again with
@@ -337,13 +365,14 @@ class CaseComparison:
             self.rms[o] = _rms(*_sum_squares(round_to(exact_whole, torch.bfloat16)))
             self._add_output(o)
             self.ideal[o] = ErrorStats(self.tolerances[o], self.shapes[o], dual_only=True)
+            actual_whole = {b: self._reduction(b, o) for b in self.backends}
             for rows in row_slices(exact_whole.shape, REDUCTION_SLICE_ELEMENTS):
                 exact = exact_whole[rows]
                 reference = round_to(exact, torch.bfloat16)
                 model = allowance.reduction(terms, o, op.output(o).kind, m, rows)
                 self.ideal[o].update(reference, exact, row_offset=rows.start)
-                for b, kernel_out in self.outputs.items():
-                    actual = kernel_out[o][rows]
+                for b, whole in actual_whole.items():
+                    actual = whole[rows]
                     _update_gated(self.per_backend[b][o][REFERENCE], actual, exact, reference, model, rows.start)
                     if o in self.own_outputs:
                         self.per_backend[b][o][OWN].update(actual, self.own_sums[b].sums[o][rows],

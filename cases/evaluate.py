@@ -19,6 +19,7 @@ from cases.spec import CaseSpec, make_inputs
 from contract.backend import changed_since, input_digests
 from contract.operator import Operator
 from contract.schedule import TiledSchedule
+from goldens.emulation import served_schedule
 from kernels.isolated import can_isolate, run_isolated
 from kernels.registry import Backend
 from kernels.runner import BackendRun, run_backend
@@ -111,7 +112,9 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     for a device without FP64: ``cases.devices``); inputs and outputs are moved there once.
     ``keep_outputs``: leave each backend's outputs on its run after the comparison (``--save-failing``
     writes those of failing cells); by default they are dropped as soon as they are compared.
-    ``progress``: told each backend call and the comparison's rows (``cases.progress.CaseProgress``)."""
+    ``progress``: told each backend call and the comparison's rows (``cases.progress.CaseProgress``).
+    A schedule emulation (``goldens.emulation``) is not called: the golden pass serves its outputs,
+    the same bits, unless they must be kept or the goldens run on another device."""
     operator = spec.declaration
     try:
         inputs = make_inputs(spec, device)
@@ -124,6 +127,8 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     # its writes. Their digests, taken once here (about 1 s per GB of inputs), are checked after
     # every in-process call; a backend that changed them fails, and the inputs are made again.
     digests = None
+    served = {} if keep_outputs or golden_device not in (None, device) else {
+        b.name: sched for b in backends if (sched := served_schedule(b.fn, operator)) is not None}
 
     def run(b: Backend) -> BackendRun:
         nonlocal inputs, digests
@@ -142,6 +147,8 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         return result
 
     def called(i: int, b: Backend) -> BackendRun:
+        if b.name in served:
+            return BackendRun(b.name, served=f"tiled:{served[b.name].name}")
         if progress is None:
             return run(b)
         progress.stage(f"backend {b.name} ({i} of {len(backends)}) called")
@@ -179,12 +186,13 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     outcome = CaseOutcome(spec, runs, benchmark=benchmark)
     schedules = {}
     for b in backends:
-        if b.name in ok:
+        if b.name in ok or b.name in served:
             try:
                 schedules[b.name] = declared_schedule(operator, b)
             except ScheduleError as exc:     # that backend's cell fails; the others are compared
-                runs[b.name].error, runs[b.name].outputs = str(exc), None
-                del ok[b.name]
+                runs[b.name].error, runs[b.name].outputs, runs[b.name].served = str(exc), None, None
+                ok.pop(b.name, None)
+                served.pop(b.name, None)
     for key, name in repeat_of.items():
         if name in schedules:
             schedules[key] = schedules[name]
@@ -196,7 +204,8 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         if golden_device is not None and golden_device != device:
             inputs = {k: v.to(golden_device) for k, v in inputs.items()}
             ok = {name: {o: t.to(golden_device) for o, t in outs.items()} for name, outs in ok.items()}
-        outcome.comparison = compare_case(operator, inputs, ok, schedules, chunk_rows=chunk_rows, progress=progress)
+        outcome.comparison = compare_case(operator, inputs, ok, schedules, served=served, chunk_rows=chunk_rows,
+                                          progress=progress)
     except Exception as exc:  # a golden that cannot be computed fails every cell of the case, loudly
         outcome.error = f"case {spec.id}: goldens/compare failed: {type(exc).__name__}: {exc}"
         return outcome
@@ -274,6 +283,8 @@ def records_for(outcome: CaseOutcome, backend: str, judge_of=None, gate: str = "
     run = outcome.runs.get(backend)
     if run is not None and run.output:
         base["backend_output"] = run.output       # what it printed during its call, capped
+    if run is not None and run.served:
+        base["served"] = run.served               # not called: its outputs are this golden layer
     if outcome.error or run is None or not (outcome.comparison and backend in outcome.comparison["backends"]):
         status = ("skipped" if run is not None and run.skipped else
                   run.status if run is not None and run.status else "error")

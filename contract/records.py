@@ -151,6 +151,7 @@ class Record(Declared):
     case_spec: object = ABSENT         # the case as data (``CaseSpec.asdict``)
     schedule: object = ABSENT          # the schedule name its tiled golden replays (None: none)
     backend_output: object = ABSENT    # what the backend printed during its call, capped
+    served: object = ABSENT            # not called: the golden layer whose values are its outputs
     message: object = ABSENT           # the verdict's message (gated) or why the cell did not run
     seconds: object = ABSENT
     gated: object = ABSENT             # True: the record the cell's verdict reads

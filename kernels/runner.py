@@ -34,6 +34,8 @@ class BackendRun:
     status: str | None = None     # "crashed" or "timed_out" when its process died or was killed
     determinism: dict | None = None   # with --repeats: bit-identity and spread over the repeats
     output: str | None = None     # what the backend printed during its call, capped (TailBuffer)
+    # not called: its outputs are this layer of the case's golden pass (``goldens.emulation``)
+    served: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from goldens.layers import tiled_emulation as _tiled
+from goldens.emulation import ScheduleEmulation
 from operators.bias_gelu_backward import OPERATOR, TILED_FP32, TORCH_BF16
 
 
@@ -26,11 +26,9 @@ def torch_fp32(*, x, b, dy):
     return _autograd(x, b, dy, torch.float32)
 
 
-def tiled_emulation(*, x, b, dy):
-    out = _tiled(OPERATOR, {"x": x, "b": b, "dy": dy}, TILED_FP32)
-    return {name: t.to(torch.bfloat16) for name, t in out.items()}
+# the fused kernel's loop replayed by the tiled golden (``goldens.emulation``)
+tiled_emulation = ScheduleEmulation(OPERATOR, TILED_FP32, "tiled_emulation")
 
 
 torch_eager.schedule = TORCH_BF16
 torch_fp32.schedule = OPERATOR.schedules.FAITHFUL_GLOBAL
-tiled_emulation.schedule = TILED_FP32

@@ -8,7 +8,7 @@ import functools
 
 import torch
 
-from goldens.layers import tiled_emulation as _tiled
+from goldens.emulation import ScheduleEmulation
 from operators.rmsnorm_backward import OPERATOR
 from operators.rmsnorm_backward.math import EPS
 from operators.rmsnorm_backward.schedule import TILED_BF16, TORCH_FP32
@@ -35,11 +35,9 @@ def torch_compile(*, x, w, dy):
     return _compiled()(x, w, dy)
 
 
-def tiled_emulation(*, x, w, dy):
-    out = _tiled(OPERATOR, {"x": x, "w": w, "dy": dy}, TILED_BF16)
-    return {name: t.to(torch.bfloat16) for name, t in out.items()}
+# the fused kernel's loop replayed by the tiled golden (``goldens.emulation``)
+tiled_emulation = ScheduleEmulation(OPERATOR, TILED_BF16, "tiled_emulation")
 
 
 torch_eager.schedule = TORCH_FP32
 torch_compile.schedule = TORCH_FP32
-tiled_emulation.schedule = TILED_BF16
