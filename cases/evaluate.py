@@ -133,7 +133,7 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     def run(b: Backend) -> BackendRun:
         nonlocal inputs, digests
         if isolate and can_isolate(b, device):
-            return run_isolated(b, spec, device, timeout=cell_timeout)
+            return run_isolated(b, spec, device, timeout=cell_timeout, inputs=inputs)
         if digests is None:
             digests = input_digests(inputs)
         result = run_backend(operator, b, inputs)
