@@ -356,7 +356,7 @@ def compare_slices(a, b, rounded, allow, exact, noise, bound, block, flags, para
                    acc, ulp_hist, log_hist, worst_v, worst_i, worst_n, ratio_v, ratio_i, ratio_n,
                    absb_v, absb_i, absb_n):
     """One row of the tables per slice of ``block`` elements of the flat ``a`` (FP32 kernel
-    values) against ``b`` (the golden, FP32 or FP64). Optional inputs are arrays of the full
+    values) against ``b`` (the golden, rounded to FP32 by the caller). Optional inputs are arrays of the full
     length, flagged in ``flags`` (one of length 1 where the flag is off). A slice with a
     non-finite pair is only marked (``N_NONFINITE``): the caller compares it on the eager path.
     Selections: ``worst`` the largest excess beyond ``P_BAR_WORST``; ``ratio`` the smallest
