@@ -20,7 +20,7 @@ from contract.backend import changed_since, input_digests
 from contract.operator import Operator
 from contract.schedule import TiledSchedule
 from goldens.emulation import served_schedule
-from kernels.isolated import can_isolate, run_isolated
+from kernels.isolated import PendingRun, begin_isolated, can_isolate, finish_isolated, run_isolated
 from kernels.registry import Backend
 from kernels.runner import BackendRun, run_backend
 
@@ -74,25 +74,33 @@ def _other_values(spec: CaseSpec) -> CaseSpec | None:
     return CaseSpec(sizes=spec.sizes, scale=first, seed=spec.seed + (first == spec.scale), operator=spec.operator)
 
 
-def _skip_by_shape(spec: CaseSpec, b: Backend, skipped: BackendRun, device: str, isolate: bool,
-                   cell_timeout: float | None) -> BackendRun:
+def _probe_skip(spec: CaseSpec, b: Backend, skipped: BackendRun, device: str, isolate: bool):
     """A backend may decline a case by its shapes, dtype or device (``BackendUnsupported``), never by
     its values: otherwise a wrong kernel could decline exactly the cases that expose it and the run
     would pass. The backend is called once more on the same shapes with other values; the skip
-    stands only if it declines those too."""
+    stands only if it declines those too (``_judge_skip``). Isolated, the call is only sent: its
+    child runs it while the goldens are computed (it changes no golden; at the article's case it
+    draws 1.6 GB of other inputs, 5.5 s). Returns what ``_judge_skip`` reads."""
     other = _other_values(spec)
     if other is None:
-        return skipped
+        return other, skipped
     if isolate and can_isolate(b, device):
-        probe = run_isolated(b, other, device, timeout=cell_timeout)
-    else:
-        probe = run_backend(spec.declaration, b, make_inputs(other, device))
-    if probe.skipped:
+        return other, begin_isolated(b, other, device)
+    return other, run_backend(spec.declaration, b, make_inputs(other, device))
+
+
+def _judge_skip(skipped: BackendRun, probe, device: str, cell_timeout: float | None) -> BackendRun:
+    """The skip, or an error where the probe's call did not decline (``_probe_skip``)."""
+    other, probe = probe
+    if isinstance(probe, PendingRun):
+        probe = finish_isolated(probe, device, timeout=cell_timeout)
+    if other is None or probe.skipped:
         return skipped
     how = "ran" if probe.ok else f"did not decline them ({(probe.error or probe.status or '').splitlines()[0][:200]})"
-    return BackendRun(b.name, error=f"{skipped.skipped}; but it {how} on the same shapes with other values (case "
-                                    f"{other.id}): a backend may decline a case by its shapes, dtype or device, "
-                                    f"not by its values", seconds=skipped.seconds, output=skipped.output)
+    return BackendRun(skipped.backend, error=f"{skipped.skipped}; but it {how} on the same shapes with other values "
+                                             f"(case {other.id}): a backend may decline a case by its shapes, dtype "
+                                             f"or device, not by its values",
+                      seconds=skipped.seconds, output=skipped.output)
 
 
 def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = "cpu",
@@ -158,73 +166,81 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         return result
 
     runs = {b.name: called(i, b) for i, b in enumerate(backends, 1)}
-    for b in backends:
-        if runs[b.name].skipped:
-            runs[b.name] = _skip_by_shape(spec, b, runs[b.name], device, isolate, cell_timeout)
-    repeat_of: dict[str, str] = {}    # "name#repeatI" -> name, for repeats that differ from the first run
-    ok = {name: run.outputs for name, run in runs.items() if run.ok}
-    for b in backends:
-        first = runs[b.name]
-        if repeats < 2 or not first.ok:
-            continue
-        differing = []
-        for i in range(2, repeats + 1):
-            again = run(b)
-            if not again.ok:
-                first.error = f"repeat {i} of {repeats}: {again.error or again.skipped}"
-                first.status, first.outputs = again.status, None
-                del ok[b.name]
-                break
-            if not _bit_identical(first.outputs, again.outputs):
-                differing.append((i, again.outputs))
-        else:
-            first.determinism = {**compare_runs([first.outputs] + [o for _, o in differing]), "repeats": repeats,
-                                 "differing_repeats": [i for i, _ in differing]}
-            for i, outputs in differing:
-                ok[f"{b.name}#repeat{i}"] = outputs
-                repeat_of[f"{b.name}#repeat{i}"] = b.name
-    outcome = CaseOutcome(spec, runs, benchmark=benchmark)
-    schedules = {}
-    for b in backends:
-        if b.name in ok or b.name in served:
-            try:
-                schedules[b.name] = declared_schedule(operator, b)
-            except ScheduleError as exc:     # that backend's cell fails; the others are compared
-                runs[b.name].error, runs[b.name].outputs, runs[b.name].served = str(exc), None, None
-                ok.pop(b.name, None)
-                served.pop(b.name, None)
-    for key, name in repeat_of.items():
-        if name in schedules:
-            schedules[key] = schedules[name]
-        else:
-            del ok[key]
-    outcome.schedules = {name: sched.name for name, sched in schedules.items() if name not in repeat_of}
-    start = time.perf_counter()
+    probes = {b.name: _probe_skip(spec, b, runs[b.name], device, isolate) for b in backends if runs[b.name].skipped}
+
+    def judge_skips() -> None:     # once the golden pass is done (or failed): a probe sent is always collected
+        while probes:
+            name, probe = probes.popitem()
+            runs[name] = _judge_skip(runs[name], probe, device, cell_timeout)
+
     try:
-        if golden_device is not None and golden_device != device:
-            inputs = {k: v.to(golden_device) for k, v in inputs.items()}
-            ok = {name: {o: t.to(golden_device) for o, t in outs.items()} for name, outs in ok.items()}
-        outcome.comparison = compare_case(operator, inputs, ok, schedules, served=served, chunk_rows=chunk_rows,
-                                          progress=progress)
-    except Exception as exc:  # a golden that cannot be computed fails every cell of the case, loudly
-        outcome.error = f"case {spec.id}: goldens/compare failed: {type(exc).__name__}: {exc}"
+        repeat_of: dict[str, str] = {}    # "name#repeatI" -> name, for repeats that differ from the first run
+        ok = {name: run.outputs for name, run in runs.items() if run.ok}
+        for b in backends:
+            first = runs[b.name]
+            if repeats < 2 or not first.ok:
+                continue
+            differing = []
+            for i in range(2, repeats + 1):
+                again = run(b)
+                if not again.ok:
+                    first.error = f"repeat {i} of {repeats}: {again.error or again.skipped}"
+                    first.status, first.outputs = again.status, None
+                    del ok[b.name]
+                    break
+                if not _bit_identical(first.outputs, again.outputs):
+                    differing.append((i, again.outputs))
+            else:
+                first.determinism = {**compare_runs([first.outputs] + [o for _, o in differing]), "repeats": repeats,
+                                     "differing_repeats": [i for i, _ in differing]}
+                for i, outputs in differing:
+                    ok[f"{b.name}#repeat{i}"] = outputs
+                    repeat_of[f"{b.name}#repeat{i}"] = b.name
+        outcome = CaseOutcome(spec, runs, benchmark=benchmark)
+        schedules = {}
+        for b in backends:
+            if b.name in ok or b.name in served:
+                try:
+                    schedules[b.name] = declared_schedule(operator, b)
+                except ScheduleError as exc:     # that backend's cell fails; the others are compared
+                    runs[b.name].error, runs[b.name].outputs, runs[b.name].served = str(exc), None, None
+                    ok.pop(b.name, None)
+                    served.pop(b.name, None)
+        for key, name in repeat_of.items():
+            if name in schedules:
+                schedules[key] = schedules[name]
+            else:
+                del ok[key]
+        outcome.schedules = {name: sched.name for name, sched in schedules.items() if name not in repeat_of}
+        start = time.perf_counter()
+        try:
+            if golden_device is not None and golden_device != device:
+                inputs = {k: v.to(golden_device) for k, v in inputs.items()}
+                ok = {name: {o: t.to(golden_device) for o, t in outs.items()} for name, outs in ok.items()}
+            outcome.comparison = compare_case(operator, inputs, ok, schedules, served=served, chunk_rows=chunk_rows,
+                                              progress=progress)
+        except Exception as exc:  # a golden that cannot be computed fails every cell of the case, loudly
+            outcome.error = f"case {spec.id}: goldens/compare failed: {type(exc).__name__}: {exc}"
+            return outcome
+        finally:
+            for run in runs.values() if not keep_outputs else ():
+                run.outputs = None     # the outputs of M=220000 are GBs; keep only the numbers
+            del inputs, ok
+            gc.collect()
+            judge_skips()
+        outcome.golden_seconds = time.perf_counter() - start
+        outcome.checks_nothing = _checks_nothing(spec, constant_inputs, outcome.comparison["ideal"])
+        for name in outcome.comparison["backends"]:
+            outcome.verdicts[name] = gated_verdicts(operator, outcome.comparison["backends"][name], case=spec.id,
+                                                    backend=name,
+                                                    attribution=outcome.comparison["attribution"][name])
+        _fold_repeats(outcome, repeat_of, repeats)
+        if benchmark is not None:
+            outcome.dual, outcome.dual_missing = dual_verdicts(outcome.comparison, benchmark, case=spec.id,
+                                                               runs=runs)
         return outcome
     finally:
-        for run in runs.values() if not keep_outputs else ():
-            run.outputs = None     # the outputs of M=220000 are GBs; keep only the numbers
-        del inputs, ok
-        gc.collect()
-    outcome.golden_seconds = time.perf_counter() - start
-    outcome.checks_nothing = _checks_nothing(spec, constant_inputs, outcome.comparison["ideal"])
-    for name in outcome.comparison["backends"]:
-        outcome.verdicts[name] = gated_verdicts(operator, outcome.comparison["backends"][name], case=spec.id,
-                                                backend=name,
-                                                attribution=outcome.comparison["attribution"][name])
-    _fold_repeats(outcome, repeat_of, repeats)
-    if benchmark is not None:
-        outcome.dual, outcome.dual_missing = dual_verdicts(outcome.comparison, benchmark, case=spec.id,
-                                                           runs=runs)
-    return outcome
+        judge_skips()
 
 
 def _checks_nothing(spec: CaseSpec, constant_inputs: bool, ideal: Mapping) -> str | None:

@@ -1,8 +1,9 @@
 """Progress of a long case's evaluation: what it is doing, rows done of M, elapsed, what is left.
 
 The article's case takes minutes on 2 cores with nothing on the terminal meanwhile (M=220000 in
-README's main command, measured: torch-eager's call 18 s, the two emulated schedules' 65 s and
-93 s, the golden pass and comparison about 250 s, beside the other worker's cases). Each case's evaluation
+README's main command on a 2-core Xeon, measured: pypto's skip with its probe 4 s, torch-eager's
+call 12 s, the golden pass and comparison about 236 s with the two served schedule emulations,
+beside the other worker's cases). Each case's evaluation
 writes lines to ``RUN/progress.log``, and only once it has run ``QUIET_SECONDS`` (the quick
 matrix's small cases take 1-10 s and write nothing), then at most one every ``EVERY`` seconds,
 plus a line at each stage's start and end:

@@ -29,6 +29,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -193,6 +194,7 @@ _CHILDREN: dict[str, _Child] = {}     # by import path, least recently used firs
 # backends kept 134 alive over two workers and filled a 24 GiB machine. The least recently used
 # child beyond this many is stopped; it starts again (seconds) if its backend comes back.
 MAX_LIVE_CHILDREN = 8
+_PENDING: set[str] = set()     # import paths whose child runs a call not yet collected: never stopped for room
 _START_FAILED: dict[str, str] = {}     # import path -> why its child could not load it (not retried per case)
 
 
@@ -244,6 +246,16 @@ def _shared_copy(t: torch.Tensor) -> torch.Tensor:
     return copy.copy_(t)
 
 
+@dataclass
+class PendingRun:
+    """A backend call sent to its child and not yet collected (``begin_isolated``)."""
+    backend: Backend
+    key: str
+    child: "_Child"
+    start: float
+    given: dict | None       # the shared copy of the inputs: kept until the child has answered
+
+
 def run_isolated(backend: Backend, factory: InputFactory, device: str, *, timeout: float | None,
                  inputs: dict[str, torch.Tensor] | None = None) -> BackendRun:
     """``run_backend`` in the backend's child process, on the inputs ``factory`` makes there, or on
@@ -251,6 +263,15 @@ def run_isolated(backend: Backend, factory: InputFactory, device: str, *, timeou
     article's case's inputs takes 5.5 s, copying them 0.5 s. The copy is the child's alone, made
     for this call and dropped after it, so what the backend writes into it reaches no other
     backend and no golden. Crashes and timeouts become the cell's record."""
+    pending = begin_isolated(backend, factory, device, inputs=inputs)
+    return pending if isinstance(pending, BackendRun) else finish_isolated(pending, device, timeout=timeout)
+
+
+def begin_isolated(backend: Backend, factory: InputFactory, device: str, *,
+                   inputs: dict[str, torch.Tensor] | None = None) -> PendingRun | BackendRun:
+    """``run_isolated``'s first half: the call sent to the backend's child, which runs it while this
+    process does other work; ``finish_isolated`` collects it. A run (an error) where it could not
+    be sent."""
     key = backend.path
     if key in _START_FAILED:
         return BackendRun(backend.name, error=_START_FAILED[key])
@@ -258,8 +279,9 @@ def run_isolated(backend: Backend, factory: InputFactory, device: str, *, timeou
     if child is not None:
         _CHILDREN[key] = child      # now the most recently used
     if child is None or not child.alive():
-        while len(_CHILDREN) >= MAX_LIVE_CHILDREN:
-            _CHILDREN.pop(next(iter(_CHILDREN))).stop()
+        idle = [k for k in _CHILDREN if k not in _PENDING]     # least recently used first
+        while idle and len(_CHILDREN) >= MAX_LIVE_CHILDREN:
+            _CHILDREN.pop(idle.pop(0)).stop()
         try:
             child = _CHILDREN[key] = _Child(backend.name, key)
         except ChildStartError as exc:     # every cell of this backend fails with the child's reason
@@ -273,9 +295,20 @@ def run_isolated(backend: Backend, factory: InputFactory, device: str, *, timeou
         _CHILDREN.pop(key, None)
         return BackendRun(backend.name, error=f"backend {backend.name!r} crashed: {child.death()}",
                           status="crashed")
-    started = _wait(child, START_SECONDS)   # inputs are made in the child: not the backend's time
-    done = _wait(child, timeout) if started not in (None, TIMED_OUT) else started
-    given = None
+    _PENDING.add(key)
+    return PendingRun(backend, key, child, start, given)
+
+
+def finish_isolated(pending: PendingRun, device: str, *, timeout: float | None) -> BackendRun:
+    """The run ``begin_isolated`` sent: its result, or its crash or timeout (``timeout`` seconds
+    from now for the call to end)."""
+    backend, key, child, start = pending.backend, pending.key, pending.child, pending.start
+    try:
+        started = _wait(child, START_SECONDS)   # inputs are made in the child: not the backend's time
+        done = _wait(child, timeout) if started not in (None, TIMED_OUT) else started
+    finally:
+        _PENDING.discard(key)
+        pending.given = None
     if done is TIMED_OUT and started is not TIMED_OUT:
         _CHILDREN.pop(key, None)
         return BackendRun(backend.name, error=f"backend {backend.name!r} timed out: no result after {timeout:g} s "

@@ -240,3 +240,30 @@ def test_a_backend_declines_a_case_by_its_shapes_not_by_its_values():
     outcome = evaluate_case(SPEC, [Backend("declines-shapes", _declines_long_cases)])
     run = outcome.runs["declines-shapes"]
     assert run.error is None and "above this kernel's 1000 rows" in run.skipped, run
+
+
+def _declines_long_cases_hangs_on_others(**inputs):
+    """Declines the case by its rows; on the probe's other values (the seed profile) never returns."""
+    import time
+    if inputs["dy"].float().abs().max() > 2.0 ** -100:
+        time.sleep(600)
+    return _declines_long_cases(**inputs)
+
+
+@pytest.mark.parametrize("fn, judged", [(_declines_small_values, "by its shapes, dtype or device, not by its values"),
+                                        (_declines_long_cases, None),
+                                        (_declines_long_cases_hangs_on_others, "timed out")])
+def test_an_isolated_backend_s_skip_is_probed_beside_the_goldens(fn, judged):
+    """Isolated, the probe's call runs in the backend's child while the goldens are computed, and
+    is judged as in the framework's process: the skip stands, fails the cell, or the probe's hang
+    ends at --cell-timeout; the other backends' cells are unaffected."""
+    backend = resolve(SWIGLU, f"{__name__}:{fn.__name__}")
+    outcome = evaluate_case(SPEC, [backend, resolve(SWIGLU, "torch-eager")], isolate=True, cell_timeout=5)
+    run = outcome.runs[backend.name]
+    if judged is None:
+        assert run.error is None and "above this kernel's 1000 rows" in run.skipped, run
+    else:
+        assert not run.skipped and judged in run.error and "(case M1025-K96-N200-seed-s0)" in run.error, run
+    assert set(outcome.verdicts) == {"torch-eager"}
+    again = evaluate_case(SPEC, [backend], isolate=True, cell_timeout=5)     # its child still answers
+    assert (again.runs[backend.name].skipped is None) == (judged is not None)
