@@ -18,7 +18,7 @@ from contract.records import Metrics, Record, typed
 
 # Fields of a record that describe the run, not its results.
 NOT_RESULTS = frozenset({"seconds", "golden_seconds", "backend_seconds", "worker", "host", "run", "rerun",
-                         "started", "finished", "device", "golden_device"})
+                         "started", "finished", "device", "golden_device", "served"})
 
 
 def _results_of(r: Record) -> dict:
