@@ -35,9 +35,10 @@ from typing import Protocol
 import torch
 import torch.multiprocessing as mp
 
+from contract.backend import mutated_inputs
 from contract.operator import Operator
 from kernels.registry import Backend, BackendNotFound, resolve_path
-from kernels.runner import TEXT_CAP, BackendRun, TailBuffer, describe, run_backend
+from kernels.runner import TEXT_CAP, BackendRun, TailBuffer, describe, run_backend, wrote_into_inputs
 
 
 class InputFactory(Protocol):
@@ -89,7 +90,9 @@ def _child(name: str, path: str, environment: dict[str, str], conn, module_path:
         inputs = factory.inputs(device) if given is None else given
         conn.send(("started", time.monotonic()))
         with _fd_output() as printed:     # what C code prints too, kept with this cell only
-            run = run_backend(factory.declaration, backend, inputs, private_inputs=True)     # regenerated per case: no clones needed
+            # the inputs are this call's alone: no clones; a given copy the parent checks against its own
+            run = run_backend(factory.declaration, backend, inputs, private_inputs=True,
+                              caller_checks_inputs=given is not None)
         run.output = "\n".join(filter(None, (run.output, printed.text()))) or None
         del inputs
         if run.outputs is not None:
@@ -254,6 +257,8 @@ class PendingRun:
     child: "_Child"
     start: float
     given: dict | None       # the shared copy of the inputs: kept until the child has answered
+    inputs: dict | None      # the originals it was copied from, which the copy is checked against
+    operator: Operator
 
 
 def run_isolated(backend: Backend, factory: InputFactory, device: str, *, timeout: float | None,
@@ -296,7 +301,7 @@ def begin_isolated(backend: Backend, factory: InputFactory, device: str, *,
         return BackendRun(backend.name, error=f"backend {backend.name!r} crashed: {child.death()}",
                           status="crashed")
     _PENDING.add(key)
-    return PendingRun(backend, key, child, start, given)
+    return PendingRun(backend, key, child, start, given, inputs, factory.declaration)
 
 
 def finish_isolated(pending: PendingRun, device: str, *, timeout: float | None) -> BackendRun:
@@ -306,9 +311,11 @@ def finish_isolated(pending: PendingRun, device: str, *, timeout: float | None) 
     try:
         started = _wait(child, START_SECONDS)   # inputs are made in the child: not the backend's time
         done = _wait(child, timeout) if started not in (None, TIMED_OUT) else started
+        if done not in (None, TIMED_OUT) and pending.given is not None and done[1].ok:
+            done = (done[0], wrote_into_inputs(pending.operator, done[1], mutated_inputs(pending.inputs, pending.given)))
     finally:
         _PENDING.discard(key)
-        pending.given = None
+        pending.given = pending.inputs = None
     if done is TIMED_OUT and started is not TIMED_OUT:
         _CHILDREN.pop(key, None)
         return BackendRun(backend.name, error=f"backend {backend.name!r} timed out: no result after {timeout:g} s "
