@@ -20,7 +20,7 @@ from contract.backend import changed_since, input_digests
 from contract.operator import Operator
 from contract.schedule import TiledSchedule
 from goldens.emulation import served_schedule
-from kernels.isolated import PendingRun, begin_isolated, can_isolate, finish_isolated, run_isolated
+from kernels.isolated import PendingRun, begin_isolated, can_isolate, finish_isolated, run_isolated, start_children
 from kernels.registry import Backend
 from kernels.runner import BackendRun, run_backend
 
@@ -124,6 +124,10 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     A schedule emulation (``goldens.emulation``) is not called: the golden pass serves its outputs,
     the same bits, unless they must be kept or the goldens run on another device."""
     operator = spec.declaration
+    served = {} if keep_outputs or golden_device not in (None, device) else {
+        b.name: sched for b in backends if (sched := served_schedule(b.fn, operator)) is not None}
+    if isolate:     # their children import while the inputs are drawn
+        start_children([b for b in backends if b.name not in served and can_isolate(b, device)])
     try:
         inputs = make_inputs(spec, device)
     except Exception as exc:
@@ -135,8 +139,6 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
     # its writes. Their digests, taken once here (about 1 s per GB of inputs), are checked after
     # every in-process call; a backend that changed them fails, and the inputs are made again.
     digests = None
-    served = {} if keep_outputs or golden_device not in (None, device) else {
-        b.name: sched for b in backends if (sched := served_schedule(b.fn, operator)) is not None}
 
     def run(b: Backend) -> BackendRun:
         nonlocal inputs, digests
