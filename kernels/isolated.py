@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import os
+import pickle
 import signal
 import sys
 import tempfile
@@ -35,10 +37,10 @@ from typing import Protocol
 import torch
 import torch.multiprocessing as mp
 
-from contract.backend import mutated_inputs
+from contract.backend import ContractError, mutated_inputs, validate_outputs
 from contract.operator import Operator
 from kernels.registry import Backend, BackendNotFound, resolve_path
-from kernels.runner import TEXT_CAP, BackendRun, TailBuffer, describe, run_backend, wrote_into_inputs
+from kernels.runner import TEXT_CAP, BackendRun, TailBuffer, capped, describe, run_backend, wrote_into_inputs
 
 
 class InputFactory(Protocol):
@@ -161,13 +163,18 @@ class _Child:
             raise ChildStartError(f"backend {name!r}: its child process did not start in {START_SECONDS} s "
                                   f"(the fork server's start and the import of {path.partition(':')[0]!r})")
         try:
-            message = self.conn.recv()
-        except (EOFError, OSError):
+            message = _wait(self, 0)
+        except ForgedMessage as exc:     # its module's import wrote to the pipe
+            raise ChildStartError(f"backend {name!r}: its process sent a message the framework does not send "
+                                  f"while importing it ({exc})") from None
+        if message is None:
             raise ChildStartError(f"backend {name!r}: its child process died while starting "
                                   f"({self.death()})") from None
         if message != "ready":
             self.kill()
-            raise ChildStartError(f"backend {name!r} does not load in its own process: {message[1]}")
+            why = message[1] if isinstance(message, tuple) and len(message) == 2 and message[0] == "failed" \
+                and isinstance(message[1], str) else f"it sent {type(message).__name__} instead of its readiness"
+            raise ChildStartError(f"backend {name!r} does not load in its own process: {why}")
         self.ready = True
 
     def alive(self) -> bool:
@@ -241,16 +248,41 @@ def check_import(name: str, path: str) -> None:
 TIMED_OUT = ("timed_out",)
 
 
+class _MessageUnpickler(pickle.Unpickler):
+    """What a child may send: its messages' tuples and strings, a ``BackendRun`` and tensors in
+    shared memory. The child runs the backend's code, which can reach the child's end of the pipe:
+    an unpickler that built any class would run whatever such a backend chose in this process."""
+    ALLOWED = {("kernels.runner", "BackendRun"), ("multiprocessing.resource_sharer", "DupFd"),
+               ("torch", "Size"), ("torch", "Tensor"), ("torch.storage", "UntypedStorage"),
+               ("torch.multiprocessing.reductions", "rebuild_storage_fd"),
+               ("torch.multiprocessing.reductions", "rebuild_tensor"),
+               ("torch.multiprocessing.reductions", "rebuild_typed_storage")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in self.ALLOWED or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a child's message")
+
+
+class ForgedMessage(Exception):
+    """A message on a child's pipe that the framework's code in the child does not send."""
+
+
 def _wait(child: _Child, timeout: float | None) -> tuple | None:
     """The child's next message; ``TIMED_OUT`` when ``timeout`` passed (the child is killed);
-    None when it died."""
+    None when it died. ``ForgedMessage`` (the child killed) for one that cannot be read."""
     if not child.conn.poll(timeout):
         child.kill()
         return TIMED_OUT
     try:
-        return child.conn.recv()
+        data = child.conn.recv_bytes()
     except (EOFError, OSError):
         return None
+    try:
+        return _MessageUnpickler(io.BytesIO(data)).load()
+    except Exception as exc:     # noqa: BLE001 - whatever the bytes were, they are not a message
+        child.kill()
+        raise ForgedMessage(f"{type(exc).__name__}: {exc}"[:300]) from None
 
 
 def _shared_copy(t: torch.Tensor) -> torch.Tensor:
@@ -339,23 +371,60 @@ def finish_isolated(pending: PendingRun, device: str, *, timeout: float | None) 
     from now for the call to end)."""
     backend, key, child, start = pending.backend, pending.key, pending.child, pending.start
     try:
-        started = _wait(child, START_SECONDS)   # inputs are made in the child: not the backend's time
-        done = _wait(child, timeout) if started not in (None, TIMED_OUT) else started
-        if done not in (None, TIMED_OUT) and pending.given is not None and done[1].ok:
-            done = (done[0], wrote_into_inputs(pending.operator, done[1], mutated_inputs(pending.inputs, pending.given)))
+        try:
+            started = _wait(child, START_SECONDS)   # inputs are made in the child: not the backend's time
+            if started not in (None, TIMED_OUT) and not (isinstance(started, tuple) and started[:1] == ("started",)):
+                child.kill()
+                raise ForgedMessage(f"{type(started).__name__} instead of the call's start")
+            done = _wait(child, timeout) if started not in (None, TIMED_OUT) else started
+            if done not in (None, TIMED_OUT):
+                run = _result(pending, done)
+        except ForgedMessage as exc:
+            _CHILDREN.pop(key, None)
+            return BackendRun(backend.name, error=f"backend {backend.name!r}: its process sent its parent a message "
+                                                  f"the framework does not send ({exc}); a backend must not use the "
+                                                  f"framework's pipe", seconds=time.perf_counter() - start,
+                              status="crashed")
     finally:
         _PENDING.discard(key)
         pending.given = pending.inputs = None
-    if done is TIMED_OUT and started is not TIMED_OUT:
+    if done is TIMED_OUT:
         _CHILDREN.pop(key, None)
-        return BackendRun(backend.name, error=f"backend {backend.name!r} timed out: no result after {timeout:g} s "
-                                              f"(--cell-timeout); its process was killed",
+        when = (f"no result after {timeout:g} s (--cell-timeout)" if started is not TIMED_OUT else
+                f"its call had not started after {START_SECONDS} s")
+        return BackendRun(backend.name, error=f"backend {backend.name!r} timed out: {when}; its process was killed",
                           seconds=time.perf_counter() - start, status="timed_out")
-    if done is None or done is TIMED_OUT:
+    if done is None:
         _CHILDREN.pop(key, None)
         return BackendRun(backend.name, error=f"backend {backend.name!r} crashed: {child.death()}",
                           seconds=time.perf_counter() - start, status="crashed")
-    run = done[1]
-    if run.outputs is not None:
-        run.outputs = {k: v.to(device) for k, v in run.outputs.items()}
     return run
+
+
+_TEXT_FIELDS = ("error", "skipped", "output", "served")
+
+
+def _result(pending: PendingRun, done) -> BackendRun:
+    """The run a child sent, checked as if it came from the backend itself (``ForgedMessage`` for
+    anything the framework's code in the child does not send): its outputs validated against the
+    case here and copied out of the shared pages, so that what the child writes there later is not
+    what is judged; a write into the inputs' copy fails it."""
+    if not (isinstance(done, tuple) and len(done) == 2 and done[0] == "done" and type(done[1]) is BackendRun):
+        raise ForgedMessage(f"{type(done).__name__} instead of a result")
+    sent = done[1]
+    if (any(not isinstance(getattr(sent, f), (str, type(None))) for f in _TEXT_FIELDS)
+            or not isinstance(sent.seconds, (float, int, type(None))) or sent.status is not None
+            or sent.determinism is not None or not isinstance(sent.outputs, (dict, type(None)))):
+        raise ForgedMessage("a result with fields of other types")
+    run = BackendRun(pending.backend.name, error=sent.error, skipped=sent.skipped, seconds=sent.seconds,
+                     output=sent.output)
+    if sent.error is not None or sent.skipped is not None or sent.outputs is None:
+        return run
+    if pending.inputs is None:       # a probe's call: whether it ran is all that is read
+        run.outputs = {}
+        return run
+    try:
+        run.outputs = validate_outputs(pending.operator, run.backend, sent.outputs, pending.inputs)
+    except ContractError as exc:
+        return BackendRun(run.backend, error=capped(str(exc)), seconds=run.seconds, output=run.output)
+    return wrote_into_inputs(pending.operator, run, mutated_inputs(pending.inputs, pending.given))
