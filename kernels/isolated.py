@@ -370,9 +370,13 @@ def finish_isolated(pending: PendingRun, device: str, *, timeout: float | None) 
     """The run ``begin_isolated`` sent: its result, or its crash or timeout (``timeout`` seconds
     from now for the call to end)."""
     backend, key, child, start = pending.backend, pending.key, pending.child, pending.start
+    pending_drew = pending.given is None or timeout is None
     try:
         try:
-            started = _wait(child, START_SECONDS)   # inputs are made in the child: not the backend's time
+            # inputs drawn in the child are not the backend's time; a copy handed over is there at once,
+            # so a child that does not start its call then (a thread of the last call's holding it) times out
+            started = _wait(child, START_SECONDS if pending.given is None or timeout is None
+                            else min(START_SECONDS, timeout))
             if started not in (None, TIMED_OUT) and not (isinstance(started, tuple) and started[:1] == ("started",)):
                 child.kill()
                 raise ForgedMessage(f"{type(started).__name__} instead of the call's start")
@@ -391,7 +395,7 @@ def finish_isolated(pending: PendingRun, device: str, *, timeout: float | None) 
     if done is TIMED_OUT:
         _CHILDREN.pop(key, None)
         when = (f"no result after {timeout:g} s (--cell-timeout)" if started is not TIMED_OUT else
-                f"its call had not started after {START_SECONDS} s")
+                "its call had not started" + (f" after {START_SECONDS} s" if pending_drew else " (--cell-timeout)"))
         return BackendRun(backend.name, error=f"backend {backend.name!r} timed out: {when}; its process was killed",
                           seconds=time.perf_counter() - start, status="timed_out")
     if done is None:

@@ -109,3 +109,27 @@ def test_what_the_child_writes_after_handing_over_is_not_judged():
     name, outcome = _evaluate(fixes_its_outputs_later)
     assert not any(v.passed for v in outcome.verdicts[name].values()), outcome.verdicts[name]
     assert _eager_passes(outcome)
+
+
+def holds_the_interpreter(**inputs):
+    """Right outputs, and a thread that takes the interpreter's lock for good (a C call made with
+    it held) once the call is over: the child cannot start its next call."""
+    import ctypes
+
+    def hold():
+        time.sleep(0.5)
+        ctypes.PyDLL(None).sleep(3600)
+    threading.Thread(target=hold, daemon=True).start()
+    return torch_eager(**inputs)
+
+
+def test_a_child_that_cannot_start_its_next_call_times_out_at_the_cell_timeout():
+    name, first = _evaluate(holds_the_interpreter)
+    assert all(v.passed for v in first.verdicts[name].values())
+    time.sleep(1.5)         # its thread holds the lock by now
+    start = time.perf_counter()
+    name, again = _evaluate(holds_the_interpreter)
+    assert time.perf_counter() - start < 60
+    run = again.runs[name]
+    assert run.status == "timed_out" and "its call had not started (--cell-timeout)" in run.error, run
+    assert _eager_passes(again)
