@@ -20,7 +20,8 @@ from contract.backend import changed_since, input_digests
 from contract.operator import Operator
 from contract.schedule import TiledSchedule
 from goldens.emulation import served_schedule
-from kernels.isolated import PendingRun, begin_isolated, can_isolate, finish_isolated, run_isolated, start_children
+from kernels.isolated import (InputsMoved, PendingRun, begin_isolated, can_isolate, finish_isolated, run_isolated,
+                              start_children)
 from kernels.registry import Backend
 from kernels.runner import BackendRun, run_backend
 
@@ -167,7 +168,10 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         progress.stage_done(f"backend {b.name} {how}")
         return result
 
-    runs = {b.name: called(i, b) for i, b in enumerate(backends, 1)}
+    try:
+        runs = {b.name: called(i, b) for i, b in enumerate(backends, 1)}
+    except InputsMoved as exc:
+        return CaseOutcome(spec, {}, error=f"case {spec.id}: {exc}")
     probes = {b.name: _probe_skip(spec, b, runs[b.name], device, isolate) for b in backends if runs[b.name].skipped}
 
     def judge_skips() -> None:     # once the golden pass is done (or failed): a probe sent is always collected
@@ -241,6 +245,8 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
             outcome.dual, outcome.dual_missing = dual_verdicts(outcome.comparison, benchmark, case=spec.id,
                                                                runs=runs)
         return outcome
+    except InputsMoved as exc:     # in a repeat's call
+        return CaseOutcome(spec, runs, error=f"case {spec.id}: {exc}")
     finally:
         judge_skips()
 

@@ -117,7 +117,7 @@ def holds_the_interpreter(**inputs):
     import ctypes
 
     def hold():
-        time.sleep(0.5)
+        time.sleep(2)           # after the call's result has gone to the parent
         ctypes.PyDLL(None).sleep(3600)
     threading.Thread(target=hold, daemon=True).start()
     return torch_eager(**inputs)
@@ -125,11 +125,29 @@ def holds_the_interpreter(**inputs):
 
 def test_a_child_that_cannot_start_its_next_call_times_out_at_the_cell_timeout():
     name, first = _evaluate(holds_the_interpreter)
-    assert all(v.passed for v in first.verdicts[name].values())
-    time.sleep(1.5)         # its thread holds the lock by now
+    assert all(v.passed for v in first.verdicts[name].values()), (first.runs[name], first.verdicts.get(name))
+    time.sleep(3)           # its thread holds the lock by now
     start = time.perf_counter()
     name, again = _evaluate(holds_the_interpreter)
     assert time.perf_counter() - start < 60
     run = again.runs[name]
     assert run.status == "timed_out" and "its call had not started (--cell-timeout)" in run.error, run
     assert _eager_passes(again)
+
+
+def test_originals_that_change_during_a_call_stop_the_case_instead_of_blaming_the_backend():
+    """The parent compares a child's copy with its own originals; where the originals are what
+    changed (another process wrote into the framework's memory), the case stops with that reason
+    rather than failing the backend that happened to run."""
+    import pytest
+    from cases.spec import make_inputs
+    from kernels.isolated import InputsMoved, begin_isolated, finish_isolated
+    inputs = make_inputs(SPEC)
+    eager = resolve(RMSNORM, "torch-eager")
+    pending = begin_isolated(eager, SPEC, "cpu", inputs=inputs)
+    inputs["dy"].view(torch.int16)[0, 0] ^= 1           # the originals, while the child runs
+    with pytest.raises(InputsMoved, match=r"the case's inputs \['dy'\] changed in the framework's own process"):
+        finish_isolated(pending, "cpu", timeout=30)
+    fresh = make_inputs(SPEC)
+    pending = begin_isolated(eager, SPEC, "cpu", inputs=fresh)
+    assert finish_isolated(pending, "cpu", timeout=30).ok
