@@ -35,8 +35,7 @@ class ScheduleEmulation:
         self.__name__ = self.__qualname__ = name
 
     def __call__(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
-        out = materialize(self.operator, inputs, self.schedule)
-        return {o: t.to(self.operator.dtype) for o, t in out.items()}
+        return served_outputs(self.operator, materialize(self.operator, inputs, self.schedule))
 
     def __repr__(self) -> str:
         return f"ScheduleEmulation({self.operator.name!r}, {self.schedule.name!r})"

@@ -300,7 +300,6 @@ class PendingRun:
     start: float
     given: dict | None       # the shared copy of the inputs: kept until the child has answered
     inputs: dict | None      # the originals it was copied from, which the copy is checked against
-    operator: Operator
     factory: InputFactory
 
 
@@ -364,20 +363,20 @@ def begin_isolated(backend: Backend, factory: InputFactory, device: str, *,
         return BackendRun(backend.name, error=f"backend {backend.name!r} crashed: {child.death()}",
                           status="crashed")
     _PENDING.add(key)
-    return PendingRun(backend, key, child, start, given, inputs, factory.declaration, factory)
+    return PendingRun(backend, key, child, start, given, inputs, factory)
 
 
 def finish_isolated(pending: PendingRun, device: str, *, timeout: float | None) -> BackendRun:
     """The run ``begin_isolated`` sent: its result, or its crash or timeout (``timeout`` seconds
     from now for the call to end)."""
     backend, key, child, start = pending.backend, pending.key, pending.child, pending.start
+    # inputs drawn in the child are not the backend's time; a copy handed over is there at once,
+    # so a child that does not start its call then (a thread of the last call's holding it) times out
     pending_drew = pending.given is None or timeout is None
+    start_limit = START_SECONDS if pending_drew else min(START_SECONDS, timeout)
     try:
         try:
-            # inputs drawn in the child are not the backend's time; a copy handed over is there at once,
-            # so a child that does not start its call then (a thread of the last call's holding it) times out
-            started = _wait(child, START_SECONDS if pending.given is None or timeout is None
-                            else min(START_SECONDS, timeout))
+            started = _wait(child, start_limit)
             if started not in (None, TIMED_OUT) and not (isinstance(started, tuple) and started[:1] == ("started",)):
                 child.kill()
                 raise ForgedMessage(f"{type(started).__name__} instead of the call's start")
@@ -429,7 +428,7 @@ def _result(pending: PendingRun, done) -> BackendRun:
         run.outputs = {}
         return run
     try:
-        run.outputs = validate_outputs(pending.operator, run.backend, sent.outputs, pending.inputs)
+        run.outputs = validate_outputs(pending.factory.declaration, run.backend, sent.outputs, pending.inputs)
     except ContractError as exc:
         return BackendRun(run.backend, error=capped(str(exc)), seconds=run.seconds, output=run.output)
     changed = mutated_inputs(pending.inputs, pending.given)
@@ -439,7 +438,7 @@ def _result(pending: PendingRun, done) -> BackendRun:
             raise InputsMoved(f"the case's inputs {moved} changed in the framework's own process while backend "
                               f"{run.backend!r} ran (another process wrote into its memory): its goldens and "
                               f"every verdict at this case would follow that write")
-    return wrote_into_inputs(pending.operator, run, changed)
+    return wrote_into_inputs(pending.factory.declaration, run, changed)
 
 
 class InputsMoved(RuntimeError):
