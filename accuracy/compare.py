@@ -270,7 +270,7 @@ class CaseComparison:
     def _compare_block(self, block, numel: Mapping[str, int]) -> None:
         op, gate, sizes, diagnose = self.operator, self.operator.gate, self.sizes, self.diagnose
         models: dict[str, allowance.Allowance] = {}
-        references = {o: round_to(block.rows["fp64"][o], torch.bfloat16) for o in op.row_outputs}
+        references = {o: round_to(block.rows["fp64"][o], op.output_dtype(o)) for o in op.row_outputs}
         if self.known_row_rms is None:
             for o in op.row_outputs:
                 sq, count = _sum_squares(references[o])
@@ -362,13 +362,13 @@ class CaseComparison:
         red, terms = self.golden_pass.reductions, self.terms
         for o in op.reduction_outputs:
             exact_whole = red["fp64"][o]
-            self.rms[o] = _rms(*_sum_squares(round_to(exact_whole, torch.bfloat16)))
+            self.rms[o] = _rms(*_sum_squares(round_to(exact_whole, op.output_dtype(o))))
             self._add_output(o)
             self.ideal[o] = ErrorStats(self.tolerances[o], self.shapes[o], dual_only=True)
             actual_whole = {b: self._reduction(b, o) for b in self.backends}
             for rows in row_slices(exact_whole.shape, REDUCTION_SLICE_ELEMENTS):
                 exact = exact_whole[rows]
-                reference = round_to(exact, torch.bfloat16)
+                reference = round_to(exact, op.output_dtype(o))
                 model = allowance.reduction(terms, o, op.output(o).kind, m, rows)
                 self.ideal[o].update(reference, exact, row_offset=rows.start)
                 for b, whole in actual_whole.items():

@@ -541,7 +541,8 @@ class DerivedMath(_Frozen):
         self.kernel_of = MappingProxyType({o.name: o.kernel for o in outputs if o.kernel is not None})
         self.operand_points = MappingProxyType(dict(operand_points or {}))
         kernels = tuple(dict.fromkeys(self.kernel_of.values()))
-        self.schedules = Schedules(points=(*self.points, *self.outputs), kernels=kernels, outputs=self.outputs)
+        self.schedules = Schedules(points=(*self.points, *self.outputs), kernels=kernels,
+                                   outputs={o.name: o.dtype or torch.bfloat16 for o in outputs})
         self._bias_paths = MappingProxyType(self._make_bias_paths())
         self.golden = _Golden(self)
         self.gate = _Gate(self)
@@ -776,7 +777,8 @@ class _Golden(_Frozen):
         for path, plan in self.derived.bias_paths().items():
             values, operands = self.derived.evaluate(_PathOps(plan, matmuls), f32)
             for o, v in values.items():
-                rows, cols, counts[(o, path)] = row_sums[o].get((v,), lambda o=o, v=v: path_error_sums(v, finite[o]))
+                rows, cols, counts[(o, path)] = row_sums[o].get(
+                    (v,), lambda o=o, v=v: path_error_sums(v, finite[o], plan.rounding(o)))
                 terms.add_path_rows(o, path, rows, cols)
             for o, (lhs, rhs) in operands.items():
                 lhs64 = None if lhs is None else exact_operands[o][0].double()

@@ -34,8 +34,9 @@ def _bf16_round(v):
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def _path_sums(v, x, rows, cols, per, row_out, col_out, counts):
-    """``v``: the path's FP32 values, ``x``: the exact values with non-finite ones as 0 (FP64),
+def _path_sums(v, x, rows, cols, per, row_out, col_out, counts, bf16_store):
+    """``v``: the path's FP32 values (stored in BF16 where ``bf16_store``, else as they are),
+    ``x``: the exact values with non-finite ones as 0 (FP64),
     both flat [rows x cols]; ``row_out[r]``: sum over the row of err x; ``col_out[g, c]``: over
     group g's rows; ``counts[g]``: counted, toward zero, upward."""
     groups = col_out.shape[0]
@@ -46,7 +47,7 @@ def _path_sums(v, x, rows, cols, per, row_out, col_out, counts):
             base = r * cols
             for c in range(cols):
                 xk = x[base + c]
-                e = np.float64(_bf16_round(v[base + c])) - xk
+                e = np.float64(_bf16_round(v[base + c]) if bf16_store else v[base + c]) - xk
                 if not np.isfinite(e):
                     e = 0.0
                 p = e * xk
@@ -66,9 +67,13 @@ def _path_sums(v, x, rows, cols, per, row_out, col_out, counts):
         counts[grp, 2] = up
 
 
-def path_error_sums(value: torch.Tensor, exact: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, DirectionCounts]:
-    """A path's FP32 ``value`` of a row output stored in BF16, against ``exact`` (FP64, non-finite
-    elements as 0): sum err x exact per row and per column, and the errors' direction counts."""
+def path_error_sums(value: torch.Tensor, exact: torch.Tensor,
+                    store: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor, DirectionCounts]:
+    """A path's FP32 ``value`` of a row output stored in ``store`` (BF16, or FP32: as it is), against
+    ``exact`` (FP64, non-finite elements as 0): sum err x exact per row and per column, and the
+    errors' direction counts (in BF16 ULPs: an FP32 output's legitimate errors count none)."""
+    if store not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"a path's row output is stored in BF16 or FP32, not {store}")
     rows = exact.shape[0]
     cols = exact.numel() // rows if rows else 0
     v = value.float().contiguous().reshape(-1).numpy()
@@ -78,7 +83,7 @@ def path_error_sums(value: torch.Tensor, exact: torch.Tensor) -> tuple[torch.Ten
     col_out = np.zeros((groups, cols))
     counts = np.zeros((groups, 3), dtype=np.int64)
     set_threads(compiled_pass_threads())
-    _path_sums(v, x, rows, cols, GROUP_ROWS, row_out, col_out, counts)
+    _path_sums(v, x, rows, cols, GROUP_ROWS, row_out, col_out, counts, store == torch.bfloat16)
     total = counts.sum(0)
     return (torch.from_numpy(row_out), torch.from_numpy(np.add.reduce(col_out, axis=0)),
             DirectionCounts(int(total[0]), int(total[1]), int(total[2])))

@@ -182,7 +182,7 @@ def measure_case(spec: CaseSpec, schedules: Sequence[TiledSchedule]) -> list[Cas
     ref_data = {}
     tolerances = tolerances_for(op)
     for o in op.reduction_outputs:
-        reference = round_to(exact[o], torch.bfloat16)
+        reference = round_to(exact[o], op.output_dtype(o))
         tol = tolerances[o]
         model = allowance.reduction(golden.terms, o, op.output(o).kind, spec.m)
         limit = tol.element_bound(reference, model.vs_reference, _rms(reference))

@@ -83,12 +83,12 @@ def measure(profile: str, n: int, seed: int, operator: str = OPERATOR) -> dict:
     exact, allow = reference_and_allowances(op, inputs)
     tol = tolerances_for(op)
     point = {"profile": profile, "n": n, "seed": seed, "blocks": -(-n // blocks), "outputs": {}}
-    candidates = {"loop": {o: round_to(looped[o], torch.bfloat16) for o in op.row_outputs}}
+    candidates = {"loop": {o: round_to(looped[o], op.output_dtype(o)) for o in op.row_outputs}}
     for name, path in KERNELS.items():
         candidates[name] = resolve(op, path)(**inputs)
     for o in op.row_outputs:
         scale = _rms(exact[o]) or 1.0
-        reference = round_to(exact[o], torch.bfloat16)
+        reference = round_to(exact[o], op.output_dtype(o))
         limit = tol[o].element_bound(reference, allow[o], _rms(reference))
         drift = looped[o].double() - global_[o].double()
         entry = {"drift_rms": _rms(drift) / scale, "drift_max": float(drift.abs().max()) / scale}

@@ -104,8 +104,9 @@ def validate_outputs(operator: Operator, backend: str, outputs: object,
         if t.layout != torch.strided:
             raise ContractError(f"backend {backend!r} output {name!r} has layout {t.layout}, expected a dense "
                                 f"(strided) tensor")
-        if t.dtype != operator.dtype:
-            raise ContractError(f"backend {backend!r} output {name!r} has dtype {t.dtype}, expected {operator.dtype}")
+        if t.dtype != operator.output_dtype(name):
+            raise ContractError(f"backend {backend!r} output {name!r} has dtype {t.dtype}, "
+                                f"expected {operator.output_dtype(name)}")
         if tuple(t.shape) != shape:
             raise ContractError(f"backend {backend!r} output {name!r} has shape {tuple(t.shape)}, expected {shape}")
         if t.device != device:

@@ -58,6 +58,9 @@ class OutputDecl(TensorDecl):
     kind: str = "rows"
     kernel: str | None = None     # the kernel whose tile over M cuts a reduction
     store: str | None = None      # the rounding plan's point of its store (default: its name)
+    # its dtype where it differs from the operator's (attention's forward returns its LSE in FP32,
+    # the statistic a split-KV combine or its own backward reads)
+    dtype: torch.dtype | None = None
 
     @property
     def store_point(self) -> str:
@@ -72,7 +75,8 @@ class OutputDecl(TensorDecl):
 
 @dataclass(frozen=True)
 class Operator:
-    """Dimensions (the first is M, the streamed row dimension), inputs, outputs, all in ``dtype``.
+    """Dimensions (the first is M, the streamed row dimension), inputs, outputs, all in ``dtype``
+    (an output may declare its own: ``output_dtype``).
     ``sizes_from``: for each dimension, the (input, axis) it is read from."""
     name: str
     dims: tuple[str, ...]
@@ -143,6 +147,10 @@ class Operator:
 
     def output(self, name: str) -> OutputDecl:
         return next(o for o in self.outputs if o.name == name)
+
+    def output_dtype(self, name: str) -> torch.dtype:
+        """The dtype a backend returns ``name`` in, and the reference is rounded to."""
+        return self.output(name).dtype or self.dtype
 
     def sizes(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, int]:
         """The dimension sizes of inputs whose names and ranks are already checked."""

@@ -52,4 +52,4 @@ def served_schedule(fn, operator: Operator) -> TiledSchedule | None:
 def served_outputs(operator: Operator, layer: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A served emulation's outputs from its tiled layer's values (rows of a block, or the
     reductions), stored as ``ScheduleEmulation.__call__`` stores them."""
-    return {o: t.to(operator.dtype) for o, t in layer.items() if o in operator.output_names}
+    return {o: t.to(operator.output_dtype(o)) for o, t in layer.items() if o in operator.output_names}

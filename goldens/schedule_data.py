@@ -89,11 +89,13 @@ class Schedules:
 
     TiledSchedule = Schedule
 
-    def __init__(self, points: Sequence[str], kernels: Sequence[str], outputs: Sequence[str]):
-        """``outputs``: the store points of the operator's outputs (stored in BF16 by the faithful path);
-        ``set_default`` names the default and study schedules once they are declared."""
+    def __init__(self, points: Sequence[str], kernels: Sequence[str], outputs: Sequence[str] | Mapping[str, torch.dtype]):
+        """``outputs``: the store points of the operator's outputs, stored in BF16 by the faithful
+        path (a mapping: each in its own dtype); ``set_default`` names the default and study
+        schedules once they are declared."""
         self.points, self.kernels = tuple(points), tuple(kernels)
-        self.BF16_FAITHFUL = self.plan(**{o: BF16 for o in outputs})
+        stores = dict(outputs) if isinstance(outputs, Mapping) else dict.fromkeys(outputs, BF16)
+        self.BF16_FAITHFUL = self.plan(**stores)
         self.FP64_IDEAL = Plan(self.points, torch.float64)
         self.FP64_GLOBAL = Schedule("fp64", self.FP64_IDEAL, {k: None for k in kernels})
         self.FAITHFUL_GLOBAL = Schedule("faithful", self.BF16_FAITHFUL, {k: None for k in kernels})

@@ -18,7 +18,9 @@ OPERATORS = {"swiglu_backward": "operators.swiglu_backward",
              "rmsnorm_backward": "operators.rmsnorm_backward",
              "bias_gelu_backward": "operators.bias_gelu_backward",
              "attention": "operators.attention",
-             "attention_causal": "operators.attention.causal"}
+             "attention_causal": "operators.attention.causal",
+             "attention_forward": "operators.attention.forward",
+             "attention_forward_causal": "operators.attention.forward_causal"}
 
 _loaded: dict[str, Operator] = {}
 _keys: dict[str, str] = {}       # Operator.name -> the name or path it was loaded by

@@ -15,6 +15,7 @@ add their query tiles' partials one tile at a time.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,8 @@ class Flash:
     dkdv_tiles: int | None = None       # dK, dV summed over this many query tiles (None: all)
     dkdv_bf16: bool = False             # dK, dV's query-tile partials added in BF16
     o_truncated: bool = False           # O's BF16 store rounds toward zero
+    lse_bf16: bool = False              # LSE rounded through BF16 before it is returned in FP32
+    lse_base2: bool = False             # LSE in base 2 (an exp2 kernel's log2(e) m + log2 l), not converted
     bwd_unmasked: bool = False          # causal: the backward recomputes P without the mask
     skip_diagonal_tile: bool = False    # causal: dK, dV leave out the query tile on the diagonal
 
@@ -68,25 +71,33 @@ def _padded(t: torch.Tensor, bc: int) -> torch.Tensor:
     return torch.cat([t, t.new_zeros(pad, t.shape[1])]) if pad else t
 
 
-def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch.Tensor]:
-    m_rows, d = q.shape
-    n = kt.shape[1]
-    scale = d ** -cfg.scale_power
-    qf, dof = q.float(), do.float()
-    k = _padded(kt.t().float(), cfg.bc)
-    v = _padded(vt.t().float(), cfg.bc)
-    blocks = range(0, k.shape[0], cfg.bc)
+class _Blocks:
+    """The key blocks of one head: K and V padded to whole blocks in FP32, and each block's scores."""
 
-    def scores(j0, masked=causal):
-        s = (qf @ k[j0:j0 + cfg.bc].t()) * scale
-        return torch.where(_keep(m_rows, j0, cfg.bc, n, masked, cfg), s, float("-inf"))
+    def __init__(self, q, kt, vt, causal: bool, cfg: Flash):
+        self.rows, d = q.shape
+        self.n, self.causal, self.cfg = kt.shape[1], causal, cfg
+        self.scale = d ** -cfg.scale_power
+        self.qf = q.float()
+        self.k = _padded(kt.t().float(), cfg.bc)
+        self.v = _padded(vt.t().float(), cfg.bc)
+        self.starts = range(0, self.k.shape[0], cfg.bc)
 
-    # forward
+    def scores(self, j0: int, masked: bool | None = None) -> torch.Tensor:
+        cfg = self.cfg
+        s = (self.qf @ self.k[j0:j0 + cfg.bc].t()) * self.scale
+        keep = _keep(self.rows, j0, cfg.bc, self.n, self.causal if masked is None else masked, cfg)
+        return torch.where(keep, s, float("-inf"))
+
+
+def _forward(b: _Blocks) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The online softmax over key blocks: O stored in BF16, LSE in FP32 and the running max m."""
+    cfg, m_rows, d = b.cfg, b.rows, b.qf.shape[1]
     m = torch.full((m_rows, 1), float("-inf"))
     l = torch.zeros((m_rows, 1), dtype=cfg.sum_dtype)
     acc = torch.zeros((m_rows, d))
-    for j0 in blocks:
-        s = scores(j0)
+    for j0 in b.starts:
+        s = b.scores(j0)
         if cfg.subtract_max:
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             alpha = torch.exp(m - m_new) if cfg.rescale else torch.ones_like(m)
@@ -97,10 +108,29 @@ def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch
             m = torch.zeros_like(m)
             alpha, p = torch.ones_like(m), torch.exp(s)
         l = (alpha * l.float() + p.sum(-1, keepdim=True)).to(cfg.sum_dtype)
-        acc = alpha * acc + p.to(BF16).float() @ v[j0:j0 + cfg.bc]
+        acc = alpha * acc + p.to(BF16).float() @ b.v[j0:j0 + cfg.bc]
     l = l.float()
     o = _truncate(acc / l) if cfg.o_truncated else (acc / l).to(BF16)
     lse = (m + torch.log(l)) if cfg.lse_with_max else torch.log(l)
+    return o, lse, m
+
+
+def forward(q, kt, vt, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch.Tensor]:
+    """The forward alone: O [M, D] in BF16 and LSE [M, 1] in FP32, as a forward kernel returns them."""
+    o, lse, _ = _forward(_Blocks(q, kt, vt, causal, cfg))
+    if cfg.lse_base2:
+        lse = lse * (1 / math.log(2))
+    if cfg.lse_bf16:
+        lse = lse.to(BF16).float()
+    return {"o": o, "lse": lse}
+
+
+def run(q, kt, vt, do, *, causal: bool, cfg: Flash = Flash()) -> dict[str, torch.Tensor]:
+    """Forward and backward: O, dQ, dK^T and dV^T in BF16, from its own O and LSE."""
+    b = _Blocks(q, kt, vt, causal, cfg)
+    o, lse, m = _forward(b)
+    m_rows, d, n, scale, qf, dof, k, v = b.rows, b.qf.shape[1], b.n, b.scale, b.qf, do.float(), b.k, b.v
+    blocks, scores = b.starts, b.scores
 
     # backward
     of = o.float()

@@ -29,6 +29,8 @@ POINTS = {
     "p_bwd": "P recomputed from LSE stored in BF16 before dV's matmul",
     "ds": "dS stored in BF16 before its matmuls (dQ and dK)",
 }
+# the forward operator's one point: its LSE is FP32 math throughout
+FORWARD_POINTS = {"p": POINTS["p"]}
 # A masked score: exp(MASKED - m) is 0 in FP32 and FP64, and the rounding model's FP32 ulp of it
 # (6e22) times exp's derivative there (0) is 0; -inf would give inf * 0.
 MASKED = -1e30
@@ -103,9 +105,29 @@ def attention(ops, t, causal: bool = False):
     return {"o": o, "dq": dq}, {"dkt": (q, ds * scale), "dvt": (do, p_stored)}
 
 
+def forward(ops, t, causal: bool = False):
+    """The forward alone (``operators.attention.forward``): O and LSE = m + log l, the statistic a
+    split-KV combine or the backward reads, as row outputs; no reductions. LSE carries no stored
+    point: its legitimate spread is the FP32 math's (the scores, exp, the sum over the keys in any
+    order, log), the max subtracted being any value (``Spread.max``: LSE does not depend on it to
+    first order, d LSE / d m = 1 - sum_j P_j = 0)."""
+    s = _scores(ops, t, causal)
+    block = ops.loop("key")
+    o, lse, _ = _forward_global(ops, s, t["vt"]) if block is None else _forward_online(ops, s, t["vt"], block)
+    return {"o": o, "lse": lse}, {}
+
+
 def non_causal(ops, t):
     return attention(ops, t, causal=False)
 
 
 def causal(ops, t):
     return attention(ops, t, causal=True)
+
+
+def forward_non_causal(ops, t):
+    return forward(ops, t, causal=False)
+
+
+def forward_causal(ops, t):
+    return forward(ops, t, causal=True)

@@ -1,7 +1,8 @@
 """Wrong attention kernels: the FlashAttention-2 emulation (``operators.attention.flash``) with one
 bug each, of the kinds flash kernels ship with. ``KILLS`` names, per wrong kernel, the output the
 gate must fail it on and the case that exposes it (the operator's: ``attention`` or
-``attention_causal``); ``tests/operators/test_attention.py`` runs them. None is registered
+``attention_causal``); ``FORWARD_KILLS`` the same for the forward operators' (kernels
+``forward_<bug>``, ``forward_causal_<bug>``); ``tests/operators/test_attention.py`` runs them. None is registered
 among the operator's backends.
 """
 from __future__ import annotations
@@ -44,6 +45,19 @@ CAUSAL_BUGS = {
                               "tile late)"),
 }
 
+# the forward operators' wrong kernels (``operators.attention.forward``): the forward's bugs above,
+# and two of an LSE returned in FP32 that is not the FP32 statistic
+FORWARD_BUGS = {name: BUGS[name] for name in ("missing_rescale", "bf16_running_sum", "max_not_subtracted",
+                                              "padding_not_masked", "lse_without_max", "scale_one_over_d",
+                                              "o_truncated")}
+FORWARD_BUGS.update({
+    "lse_bf16": (Flash(lse_bf16=True), "LSE rounded through BF16 before it is returned in FP32 (a kernel "
+                                       "that keeps its statistics in its BF16 output's buffer)"),
+    "lse_base2": (Flash(lse_base2=True), "LSE in base 2 (an exp2 kernel's log2(e) m + log2 l), not converted "
+                                         "to the natural log the backward and a split-KV combine read"),
+})
+FORWARD_CAUSAL_BUGS = {"diagonal_off_by_one": CAUSAL_BUGS["diagonal_off_by_one"]}
+
 # wrong kernel -> (output it must fail, the case that exposes it: the operator's name and case sizes)
 KILLS = {
     "missing_rescale": ("o", ("attention", "129,257,128,unit")),
@@ -61,7 +75,30 @@ KILLS = {
     "backward_unmasked": ("dq", ("attention_causal", "129,64,unit")),
     "diagonal_tile_skipped": ("dkt", ("attention_causal", "129,64,unit")),
 }
+FORWARD_KILLS = {
+    "missing_rescale": ("lse", ("attention_forward", "129,257,128,unit")),
+    "bf16_running_sum": ("lse", ("attention_forward", "129,257,128,near_uniform")),
+    "max_not_subtracted": ("o", ("attention_forward", "129,129,64,large_logits")),
+    "padding_not_masked": ("lse", ("attention_forward", "128,129,64,unit")),
+    "lse_without_max": ("lse", ("attention_forward", "129,129,64,unit")),
+    "scale_one_over_d": ("lse", ("attention_forward", "129,129,64,unit")),
+    "o_truncated": ("o", ("attention_forward", "129,129,64,unit")),
+    "lse_bf16": ("lse", ("attention_forward", "129,129,64,unit")),
+    "lse_base2": ("lse", ("attention_forward", "129,129,64,unit")),
+    "diagonal_off_by_one": ("lse", ("attention_forward_causal", "129,64,unit")),
+}
 
+def _forward_kernel(cfg: Flash, causal: bool, doc: str):
+    def kernel(*, q, kt, vt):
+        return flash.forward(q, kt, vt, causal=causal, cfg=cfg)
+    kernel.__doc__ = doc
+    return kernel
+
+
+for _name, (_cfg, _doc) in FORWARD_BUGS.items():
+    globals()[f"forward_{_name}"] = _forward_kernel(_cfg, False, _doc)
+for _name, (_cfg, _doc) in FORWARD_CAUSAL_BUGS.items():
+    globals()[f"forward_causal_{_name}"] = _forward_kernel(_cfg, True, _doc)
 for _name, (_cfg, _doc) in BUGS.items():
     globals()[_name] = _kernel(_cfg, False, _doc)
 for _name, (_cfg, _doc) in CAUSAL_BUGS.items():

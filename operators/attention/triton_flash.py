@@ -183,6 +183,22 @@ def run(q, kt, vt, do, *, causal: bool) -> dict[str, torch.Tensor]:
         return _launch(k, q, kt, vt, do, o, lse, m, n, d, causal)
 
 
+def run_forward(q, kt, vt, *, causal: bool) -> dict[str, torch.Tensor]:
+    """The forward kernel alone: O in BF16 and its LSE [M, 1] in FP32."""
+    m, d = q.shape
+    n = kt.shape[1]
+    if d & (d - 1) or d < 16:
+        raise BackendUnsupported(f"head dim {d}: the kernel's tiles need a power of two >= 16")
+    k = _kernels(_mode(q, m * n))
+    q, kt, vt = (t.contiguous() for t in (q, kt, vt))
+    o = torch.empty_like(q)
+    lse = torch.empty(m, dtype=torch.float32, device=q.device)
+    with numpy_quiet():
+        k.fwd[(triton.cdiv(m, BLOCK_M),)](q, kt, vt, o, lse, m, n, 1 / math.sqrt(d), D=d, BLOCK_M_=BLOCK_M,
+                                          BLOCK_N_=BLOCK_N, CAUSAL=causal)
+    return {"o": o, "lse": lse.unsqueeze(1)}
+
+
 def numpy_quiet():
     """The interpreter's numpy divides 0 by 0 in the padded rows it never stores: no warnings."""
     import numpy

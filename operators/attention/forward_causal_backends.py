@@ -1,0 +1,7 @@
+"""The causal forward operator's backends: ``operators.attention.forward_backends``'s, with the causal mask."""
+from __future__ import annotations
+
+from operators.attention.forward_backends import make
+from operators.attention.forward_causal import REFERENCE, SCHEDULES
+
+torch_eager, torch_fp32, torch_flash_cpu, flash_emulation, triton_flash = make(True, SCHEDULES, REFERENCE)
