@@ -42,3 +42,19 @@ def test_the_store_rounds_to_nearest_even_as_torch_does():
     rows_t, _, counts_t = _torch_sums(value, exact)
     assert counts == counts_t
     assert torch.equal(rows, rows_t)                  # one element a row: the same products
+
+
+def test_an_fp32_output_is_taken_as_the_path_computed_it():
+    """An FP32 output (attention's LSE) is not stored in BF16: its errors are the path's own, and
+    at FP32 size none counts in the direction test's BF16 ULPs."""
+    gen = torch.Generator().manual_seed(2)
+    exact = torch.randn(300, 1, generator=gen, dtype=torch.float64) * 5
+    value = exact.float()
+    rows, cols, counts = path_error_sums(value, exact, torch.float32)
+    err = value.double() - exact
+    assert torch.allclose(rows, (err * exact).reshape(300), rtol=1e-12, atol=0)
+    assert torch.allclose(cols, (err * exact).sum(0), rtol=1e-10, atol=0)
+    assert counts.counted == 0
+    assert not torch.allclose(path_error_sums(value, exact)[0], rows, rtol=1e-3, atol=0)   # the BF16 store's
+    with pytest.raises(ValueError, match="stored in BF16 or FP32"):
+        path_error_sums(value, exact, torch.float16)

@@ -18,9 +18,10 @@ from operators.attention import flash, mutants
 from tests.operators.matrix_run import in_process, verdicts
 
 NAMES = ("attention", "attention_causal")
+FORWARD_NAMES = ("attention_forward", "attention_forward_causal")
 
 
-@pytest.fixture(scope="module", params=NAMES)
+@pytest.fixture(scope="module", params=NAMES + FORWARD_NAMES)
 def quick(request):
     """Every default backend at the quick profile's cases up to M = 257, the Triton kernel in
     triton's interpreter."""
@@ -53,17 +54,61 @@ def test_each_wrong_kernel_fails_its_named_output(name):
     assert set(cells[(right.name, spec.id)].values()) == {"pass"}, cells[(right.name, spec.id)]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", sorted(mutants.FORWARD_KILLS))
+def test_each_wrong_forward_kernel_fails_its_named_output(name):
+    """The forward operators' zoo: among them two kernels whose O is right and whose LSE, returned
+    in FP32, is not the FP32 statistic (rounded through BF16; in base 2)."""
+    output, (op_name, case) = mutants.FORWARD_KILLS[name]
+    op = operators.get(op_name)
+    spec = parse_case(op, case)
+    prefix = "forward_causal_" if op_name.endswith("causal") else "forward_"
+    wrong = resolve(op, f"operators.attention.mutants:{prefix}{name}")
+    right = resolve(op, "flash-emulation")
+    cells = verdicts(in_process([spec], [wrong, right]))
+    assert cells[(wrong.name, spec.id)][output] == "fail", cells[(wrong.name, spec.id)]
+    assert set(cells[(right.name, spec.id)].values()) == {"pass"}, cells[(right.name, spec.id)]
+
+
+def test_an_lse_returned_in_bf16_is_refused_by_the_contract_naming_its_dtype():
+    op = operators.get("attention_forward")
+    spec = parse_case(op, "129,129,64,unit")
+
+    def bf16_lse(*, q, kt, vt):
+        out = flash.forward(q, kt, vt, causal=False)
+        return {"o": out["o"], "lse": out["lse"].to(torch.bfloat16)}
+
+    from kernels.registry import Backend
+    cells = in_process([spec], [Backend("bf16_lse", bf16_lse)])
+    record = next(r for r in cells if r["backend"] == "bf16_lse")
+    assert record["status"] == "error", record
+    assert "output 'lse' has dtype torch.bfloat16, expected torch.float32" in record["message"], record["message"]
+
+
+def test_the_fp32_output_is_held_to_fp32_not_to_the_bf16_criterion():
+    """LSE rounded through BF16 is within the operator's BF16 rtol (1/128) of the reference at
+    every element, and fails the FP32 criterion its dtype gives it."""
+    from accuracy.tolerances import ACCEPTANCE, FP32_ACCEPTANCE, tolerances_for
+    op = operators.get("attention_forward")
+    assert tolerances_for(op) == {"o": ACCEPTANCE, "lse": FP32_ACCEPTANCE}
+    inputs = make_inputs(parse_case(op, "129,129,64,unit"))
+    lse = flash.forward(**inputs, causal=False)["lse"].double()
+    rounded = lse.float().to(torch.bfloat16).double()
+    assert bool(((rounded - lse).abs() <= ACCEPTANCE.element_bound(lse)).all())
+    assert not bool(((rounded - lse).abs() <= FP32_ACCEPTANCE.element_bound(lse)).all())
+
+
+@pytest.mark.parametrize("name", NAMES + FORWARD_NAMES)
 def test_the_tiled_golden_replays_the_online_softmax(name):
     """Three key blocks: the flash plan's golden runs the running max and rescale chain (its o
     differs from the global softmax's) and the emulated kernel's o equals it bit for bit."""
     op = operators.get(name)
-    sizes = (129, 257, 64) if name == "attention" else (257, 64)
+    causal = name.endswith("causal")
+    sizes = (257, 64) if causal else (129, 257, 64)
     inputs = make_inputs(CaseSpec(*sizes, "large_logits", 0, operator=op))
     schedule = op.schedules.default_schedule()
     tiled = tiled_emulation(op, inputs, schedule)["o"].to(torch.bfloat16)
     faithful = bf16_faithful(op, inputs, schedule.plan)["o"].to(torch.bfloat16)
-    kernel = flash.run(**inputs, causal=name.endswith("causal"))["o"]
+    kernel = (flash.forward if name in FORWARD_NAMES else flash.run)(**inputs, causal=causal)["o"]
     assert torch.equal(kernel, tiled)
     assert not torch.equal(tiled, faithful)
 
