@@ -23,6 +23,7 @@ the diagnosis layers (``diagnose=False``), which the verdict does not read;
     python benchmarks/false_alarms.py                       # 200 seeds, markdown table on stdout
     python benchmarks/false_alarms.py --seeds 20 --json out.json
     python benchmarks/false_alarms.py --operator attention --seeds 100 --json a.json   # attention's
+    python benchmarks/false_alarms.py --operator attention_forward --seeds 200 --json f.json
     python benchmarks/false_alarms.py --acceptance-case --first-seed 1 --seeds 2 \
         --kernels torch-eager,tiled_emulation_hardened,tiled_dx_products_bf16    # the article's case
     python benchmarks/false_alarms.py --derived --seeds 100 --json d.json    # SwiGLU's derived gate
@@ -80,7 +81,7 @@ MAX_M = 4097
 # Attention's sweep: the quick profile's cases up to M = 1025 (the 2048-query cases take ~20 s each
 # with four backends here), its correct backends (the Triton kernel in triton's interpreter), its
 # wrong kernels (``operators.attention.mutants``)
-ATTENTION = ("attention", "attention_causal")
+ATTENTION = ("attention", "attention_causal", "attention_forward", "attention_forward_causal")
 ATTENTION_MAX_M = 1025
 
 
@@ -109,6 +110,10 @@ def mutant_backends(operator: str = "swiglu_backward") -> list[Backend]:
     if operator in ATTENTION:
         from operators.attention import mutants
         op = operators.get(operator)
+        if operator.startswith("attention_forward"):
+            prefix = "forward_causal_" if operator.endswith("causal") else "forward_"
+            return [resolve(op, f"operators.attention.mutants:{prefix}{n}")
+                    for n, (_, (of, _)) in mutants.FORWARD_KILLS.items() if of == operator]
         return [resolve(op, f"operators.attention.mutants:{n}") for n, (_, (of, _)) in mutants.KILLS.items()
                 if of == operator]
     return [Backend(n, f) for n, f in {**MUTANTS, **plain.WRONG, **plain.LOCALIZED_BUGS}.items()]

@@ -55,6 +55,12 @@ PROFILES = ("unit", "near_uniform", "large_logits")
 KERNELS = {"bf16_running_sum": "operators.attention.mutants:bf16_running_sum"}
 
 
+def _kernel_path(op, path: str) -> str:
+    """A forward operator's (no dO among its inputs) wrong kernel is the same bug's forward alone."""
+    module, name = path.split(":")
+    return path if "do" in op.input_names else f"{module}:forward_{name}"
+
+
 def _rms(t: torch.Tensor) -> float:
     return float(t.double().square().mean().sqrt()) if t.numel() else 0.0
 
@@ -85,7 +91,7 @@ def measure(profile: str, n: int, seed: int, operator: str = OPERATOR) -> dict:
     point = {"profile": profile, "n": n, "seed": seed, "blocks": -(-n // blocks), "outputs": {}}
     candidates = {"loop": {o: round_to(looped[o], op.output_dtype(o)) for o in op.row_outputs}}
     for name, path in KERNELS.items():
-        candidates[name] = resolve(op, path)(**inputs)
+        candidates[name] = resolve(op, _kernel_path(op, path))(**inputs)
     for o in op.row_outputs:
         scale = _rms(exact[o]) or 1.0
         reference = round_to(exact[o], op.output_dtype(o))
