@@ -86,20 +86,15 @@ def backend_paths(module: str) -> dict[str, str]:
 ROW_ELEMENTS = 1 << 19
 
 
-def declare(name: str, causal: bool) -> tuple[Operator, DerivedMath, ReferenceSchedules]:
-    """The non-causal operator (M queries, N keys) or the causal one (M = N: kt, vt [D, M], each
-    query's index in M passed to the math for its mask), from the same math and points."""
-    keys = "M" if causal else "N"
-    derived = DerivedMath(math.causal if causal else math.non_causal, math.POINTS, outputs(keys),
-                          operand_points={"dkt": "ds", "dvt": "p_bwd"}, row_index="row" if causal else None,
-                          row_elements=ROW_ELEMENTS)
-    reference = schedules(derived)
-    dims = ("M", "D") if causal else ("M", "N", "D")
-    operator = Operator(
+def declaration(name: str, causal: bool, derived: DerivedMath, *, inputs, outputs, title: str, backends: str,
+                expectations: str) -> Operator:
+    """An attention operator from its derived math: the dimensions, profiles, edges and acceptance
+    case every attention operator shares; ``backends``, ``expectations``: its module and folder here."""
+    return Operator(
         name=name,
-        dims=dims,
-        inputs=inputs(keys),
-        outputs=outputs(keys),
+        dims=("M", "D") if causal else ("M", "N", "D"),
+        inputs=inputs,
+        outputs=outputs,
         sizes_from={"M": ("q", 0), "D": ("q", 1), **({} if causal else {"N": ("kt", 1)})},
         golden=derived.golden,
         gate=derived.gate,
@@ -109,13 +104,27 @@ def declare(name: str, causal: bool) -> tuple[Operator, DerivedMath, ReferenceSc
         shapes=profiles.CAUSAL_SHAPES if causal else profiles.SHAPES,
         acceptance_case=profiles.CAUSAL_ACCEPTANCE_CASE if causal else profiles.ACCEPTANCE_CASE,
         range_cases=profiles.CAUSAL_RANGE_CASES if causal else profiles.RANGE_CASES,
-        title=("Causal attention" if causal else "Attention") + " forward + backward (derived allowances)",
-        backends=backend_paths("operators.attention." + ("causal_backends" if causal else "backends")),
+        title=title,
+        backends=backend_paths("operators.attention." + backends),
         default_backends=BACKENDS,
         acceptance_backends=ACCEPTANCE_BACKENDS,
-        expectations=Path(__file__).parent / ("expectations-causal" if causal else "expectations"),
+        expectations=Path(__file__).parent / expectations,
         study_shape=(64,) if causal else (129, 64),
     )
+
+
+def declare(name: str, causal: bool) -> tuple[Operator, DerivedMath, ReferenceSchedules]:
+    """The non-causal operator (M queries, N keys) or the causal one (M = N: kt, vt [D, M], each
+    query's index in M passed to the math for its mask), from the same math and points."""
+    keys = "M" if causal else "N"
+    derived = DerivedMath(math.causal if causal else math.non_causal, math.POINTS, outputs(keys),
+                          operand_points={"dkt": "ds", "dvt": "p_bwd"}, row_index="row" if causal else None,
+                          row_elements=ROW_ELEMENTS)
+    reference = schedules(derived)
+    operator = declaration(name, causal, derived, inputs=inputs(keys), outputs=outputs(keys),
+                           title=("Causal attention" if causal else "Attention") + " forward + backward (derived allowances)",
+                           backends="causal_backends" if causal else "backends",
+                           expectations="expectations-causal" if causal else "expectations")
     return operator, derived, reference
 
 

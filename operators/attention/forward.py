@@ -14,13 +14,12 @@ point (P~ stored in BF16 before P~ V), the same profiles and edges; no reduction
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from accuracy.derived import DerivedMath
 from contract.operator import Operator, OutputDecl
-from operators.attention import ROW_ELEMENTS, inputs as _inputs, math, profiles
+from operators.attention import ROW_ELEMENTS, declaration, inputs as _inputs, math, profiles
 
 BF16 = torch.bfloat16
 
@@ -51,41 +50,15 @@ def schedules(derived: DerivedMath) -> ForwardSchedules:
                             blocks("triton-flash-64", 64))
 
 
-BACKENDS = ("torch-eager", "torch-fp32", "flash-emulation", "triton-flash")
-ACCEPTANCE_BACKENDS = ("torch-flash-cpu",)
-
-
-def backend_paths(module: str) -> dict[str, str]:
-    return {name: f"{module}:{name.replace('-', '_')}"
-            for name in ("torch-eager", "torch-fp32", "torch-flash-cpu", "flash-emulation", "triton-flash")}
-
-
 def declare(name: str, causal: bool) -> tuple[Operator, DerivedMath, ForwardSchedules]:
     keys = "M" if causal else "N"
     derived = DerivedMath(math.forward_causal if causal else math.forward_non_causal, math.FORWARD_POINTS,
                           outputs(), row_index="row" if causal else None, row_elements=ROW_ELEMENTS)
     reference = schedules(derived)
-    operator = Operator(
-        name=name,
-        dims=("M", "D") if causal else ("M", "N", "D"),
-        inputs=_inputs(keys)[:3],
-        outputs=outputs(),
-        sizes_from={"M": ("q", 0), "D": ("q", 1), **({} if causal else {"N": ("kt", 1)})},
-        golden=derived.golden,
-        gate=derived.gate,
-        schedules=derived.schedules,
-        scales=profiles.CAUSAL_SCALES if causal else profiles.SCALES,
-        m_edges=profiles.M_EDGES,
-        shapes=profiles.CAUSAL_SHAPES if causal else profiles.SHAPES,
-        acceptance_case=profiles.CAUSAL_ACCEPTANCE_CASE if causal else profiles.ACCEPTANCE_CASE,
-        range_cases=profiles.CAUSAL_RANGE_CASES if causal else profiles.RANGE_CASES,
-        title=("Causal attention" if causal else "Attention") + " forward, O and its FP32 LSE (derived allowances)",
-        backends=backend_paths("operators.attention." + ("forward_causal_backends" if causal else "forward_backends")),
-        default_backends=BACKENDS,
-        acceptance_backends=ACCEPTANCE_BACKENDS,
-        expectations=Path(__file__).parent / ("expectations-forward-causal" if causal else "expectations-forward"),
-        study_shape=(64,) if causal else (129, 64),
-    )
+    operator = declaration(name, causal, derived, inputs=_inputs(keys)[:3], outputs=outputs(),
+                           title=("Causal attention" if causal else "Attention") + " forward, O and its FP32 LSE (derived allowances)",
+                           backends="forward_causal_backends" if causal else "forward_backends",
+                           expectations="expectations-forward-causal" if causal else "expectations-forward")
     return operator, derived, reference
 
 

@@ -8,7 +8,11 @@
   (``aten._scaled_dot_product_flash_attention_for_cpu``);
 * ``flash-emulation``: FlashAttention-2's forward loop replayed in PyTorch (``operators.attention.flash``);
 * ``triton-flash``: the Triton forward kernel (``operators.attention.triton_flash``), compiled on
-  CUDA, triton's interpreter on the CPU with TRITON_INTERPRET=1 (without it a case records a skip).
+  CUDA, triton's interpreter on the CPU with TRITON_INTERPRET=1 (without it a case records a skip);
+* ``torch-compile``: ``torch-eager``'s O compiled;
+* ``torch-flash-cuda``, ``torch-efficient-cuda``: PyTorch's CUDA flash-attention and
+  memory-efficient kernels, which return their LSE (``--device cuda``; on CPU inputs a skip
+  saying so).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from operators.attention import flash, triton_flash as _triton
+from operators.attention.backends import on_cuda
 from operators.attention.forward import REFERENCE, SCHEDULES
 
 BF16 = torch.bfloat16
@@ -32,11 +37,23 @@ def scores_logsumexp(q, kt, *, causal: bool) -> torch.Tensor:
     return torch.logsumexp(s, -1, keepdim=True)
 
 
-def sdpa_forward(q, kt, vt, *, causal: bool, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def sdpa_forward(q, kt, vt, *, causal: bool, dtype: torch.dtype, compiled: bool = False) -> dict[str, torch.Tensor]:
+    def forward(q4, k4, v4):
+        return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
+
+    fn = torch.compile(forward, dynamic=False) if compiled else forward
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        o = torch.nn.functional.scaled_dot_product_attention(
-            *(t.to(dtype).unsqueeze(0).unsqueeze(0) for t in (q, kt.t(), vt.t())), is_causal=causal)
+        o = fn(*(t.to(dtype).unsqueeze(0).unsqueeze(0) for t in (q, kt.t(), vt.t())))
     return {"o": o[0, 0].to(BF16), "lse": scores_logsumexp(q, kt, causal=causal)}
+
+
+def _four(q, kt, vt):
+    return tuple(t.unsqueeze(0).unsqueeze(0) for t in (q, kt.t().contiguous(), vt.t().contiguous()))
+
+
+def _returned(o, lse, m: int) -> dict[str, torch.Tensor]:
+    """O [1, 1, M, D] and LSE [1, 1, M'] (the efficient kernel pads M' to its block) as [M, D], [M, 1]."""
+    return {"o": o[0, 0].contiguous(), "lse": lse[0, 0, :m].float().unsqueeze(1).contiguous()}
 
 
 def make(causal: bool, schedules, reference):
@@ -47,10 +64,23 @@ def make(causal: bool, schedules, reference):
     def torch_fp32(*, q, kt, vt):
         return sdpa_forward(q, kt, vt, causal=causal, dtype=torch.float32)
 
+    def torch_compile(*, q, kt, vt):
+        return sdpa_forward(q, kt, vt, causal=causal, dtype=BF16, compiled=True)
+
     def torch_flash_cpu(*, q, kt, vt):
-        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            *(t.unsqueeze(0).unsqueeze(0) for t in (q, kt.t().contiguous(), vt.t().contiguous())), 0.0, causal)
-        return {"o": o[0, 0].contiguous(), "lse": lse[0, 0].unsqueeze(1).contiguous()}
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*_four(q, kt, vt), 0.0, causal)
+        return _returned(o, lse, q.shape[0])
+
+    def torch_flash_cuda(*, q, kt, vt):
+        on_cuda(q, "PyTorch's flash-attention SDPA kernel")
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention(*_four(q, kt, vt), 0.0, causal)[:2]
+        return _returned(o, lse, q.shape[0])
+
+    def torch_efficient_cuda(*, q, kt, vt):
+        on_cuda(q, "PyTorch's memory-efficient SDPA kernel")
+        o, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
+            *_four(q, kt, vt), None, True, 0.0, causal)[:2]
+        return _returned(o, lse, q.shape[0])
 
     def flash_emulation(*, q, kt, vt):
         return flash.forward(q, kt, vt, causal=causal)
@@ -58,12 +88,14 @@ def make(causal: bool, schedules, reference):
     def triton_flash(*, q, kt, vt):
         return _triton.run_forward(q, kt, vt, causal=causal)
 
-    torch_eager.schedule = reference.torch_bf16
+    torch_eager.schedule = torch_compile.schedule = reference.torch_bf16
     torch_fp32.schedule = schedules.FAITHFUL_GLOBAL
     torch_flash_cpu.schedule = reference.torch_flash_cpu
-    flash_emulation.schedule = reference.flash
+    flash_emulation.schedule = torch_flash_cuda.schedule = torch_efficient_cuda.schedule = reference.flash
     triton_flash.schedule = reference.triton_flash
-    return torch_eager, torch_fp32, torch_flash_cpu, flash_emulation, triton_flash
+    return (torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation, triton_flash, torch_flash_cuda,
+            torch_efficient_cuda)
 
 
-torch_eager, torch_fp32, torch_flash_cpu, flash_emulation, triton_flash = make(False, SCHEDULES, REFERENCE)
+(torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation, triton_flash, torch_flash_cuda,
+ torch_efficient_cuda) = make(False, SCHEDULES, REFERENCE)

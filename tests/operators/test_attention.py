@@ -139,9 +139,10 @@ def test_the_triton_kernel_without_the_interpreter_on_cpu_is_a_skip_that_says_wh
 CUDA_BACKENDS = ("torch-flash-cuda", "torch-efficient-cuda")
 
 
+@pytest.mark.parametrize("operator", ["attention", "attention_forward"])
 @pytest.mark.parametrize("name", CUDA_BACKENDS)
-def test_a_cuda_only_kernel_on_cpu_inputs_is_a_skip_that_says_why(name):
-    op = operators.get("attention")
+def test_a_cuda_only_kernel_on_cpu_inputs_is_a_skip_that_says_why(name, operator):
+    op = operators.get(operator)
     spec = parse_case(op, "2,3,64,unit")
     records = in_process([spec], [resolve(op, name)])
     assert [r["status"] for r in records] == ["skipped"], records
