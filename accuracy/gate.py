@@ -177,7 +177,7 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
     atol, eff, rtol = metrics["atol"], metrics["atol_effective"], metrics["rtol"]
     tol_text = f"rtol {rtol:.6g}, atol {atol:.6g}"
     if metrics["atol_capped"]:
-        tol_text += (f" capped to {eff:.3g} = rtol x rms(golden) because the article's atol swamps this "
+        tol_text += (f" capped to {eff:.3g} = rtol x rms(golden) because the atol swamps this "
                      f"output's values (rms of its reference {metrics.get('atol_rms', metrics['golden_rms']):.3g})")
     lines = [f"{'Passed' if passed else 'Accuracy gate failed'}: case {case}, backend {backend!r}, "
              f"output {output!r} vs golden {golden!r} ({tol_text})"]
