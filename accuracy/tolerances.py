@@ -64,13 +64,19 @@ ACCEPTANCE = Tolerance(ACCEPTANCE_RTOL, ACCEPTANCE_ATOL)
 # in any order, exp and log within a few ULPs); the BF16 criterion would let an LSE rounded through
 # BF16 pass (2^-9 of |LSE|: 0.02 at LSE = 10, a 2% error in every probability read back from it).
 FP32_ACCEPTANCE = Tolerance(2.0 ** -23, 1e-5)
-_BY_DTYPE = {torch.float32: FP32_ACCEPTANCE}
+BY_DTYPE = {torch.bfloat16: ACCEPTANCE, torch.float32: FP32_ACCEPTANCE}
 
 
 def tolerances_for(operator: Operator) -> dict[str, Tolerance]:
     """Every output of ``operator`` under the acceptance criterion of its dtype (the operator's
-    own, rtol 1/128 and atol 1e-4, for its BF16 outputs)."""
-    return {name: _BY_DTYPE.get(operator.output_dtype(name), ACCEPTANCE) for name in operator.output_names}
+    own, rtol 1/128 and atol 1e-4, for its BF16 outputs). An output in a dtype without one is an
+    error naming it: no format's criterion is silently another's."""
+    missing = {name: operator.output_dtype(name) for name in operator.output_names
+               if operator.output_dtype(name) not in BY_DTYPE}
+    if missing:
+        raise ValueError(f"operator {operator.name!r}: no acceptance criterion for outputs {missing} "
+                         f"(accuracy.tolerances.BY_DTYPE has {sorted(str(d) for d in BY_DTYPE)})")
+    return {name: BY_DTYPE[operator.output_dtype(name)] for name in operator.output_names}
 
 
 # The article itself checks only dx, dw_g, dw_fc, db_g and db_fc; dg and dfc are

@@ -179,3 +179,14 @@ def test_a_legitimately_one_sided_output_skips_the_direction_test_and_not_the_fi
     cells = verdicts(in_process([spec], [right, truncating]))
     assert cells[(right.name, spec.id)]["o"] == "pass"
     assert cells[(truncating.name, spec.id)]["o"] == "fail"
+
+
+def test_an_output_in_a_dtype_without_a_criterion_is_refused_naming_it():
+    from dataclasses import replace
+
+    from accuracy.tolerances import tolerances_for
+    from contract.operator import OutputDecl
+    op = operators.get("attention_forward")
+    half = replace(op, outputs=(op.outputs[0], OutputDecl("lse", ("M", 1), dtype=torch.float16)))
+    with pytest.raises(ValueError, match=r"no acceptance criterion for outputs \{'lse': torch.float16\}"):
+        tolerances_for(half)
