@@ -227,7 +227,7 @@ def study(seeds: int, *, first_seed: int = 0, progress=None, deadline: float | N
         res = {"seeds": done, "cases": [c.id.rsplit("-s", 1)[0] for c in cases], "records": records,
                "catches": catches, "first_case": first_case, "seconds": time.perf_counter() - start,
                "correct": [b.name for b in correct], "operator": operator,
-               "gate": "derived" if derived else "hand"}
+               "gate": "derived" if derived or operator in ATTENTION else "hand"}
         if checkpoint:
             checkpoint(res)
     return res
