@@ -42,6 +42,7 @@ class Flash:
     o_truncated: bool = False           # O's BF16 store rounds toward zero
     lse_bf16: bool = False              # LSE rounded through BF16 before it is returned in FP32
     lse_base2: bool = False             # LSE in base 2 (an exp2 kernel's log2(e) m + log2 l), not converted
+    max_offset: float = 0.0             # subtract the running max plus this (a unified max above the scores)
     bwd_unmasked: bool = False          # causal: the backward recomputes P without the mask
     skip_diagonal_tile: bool = False    # causal: dK, dV leave out the query tile on the diagonal
 
@@ -99,7 +100,7 @@ def _forward(b: _Blocks) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     for j0 in b.starts:
         s = b.scores(j0)
         if cfg.subtract_max:
-            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True) + cfg.max_offset)
             alpha = torch.exp(m - m_new) if cfg.rescale else torch.ones_like(m)
             alpha = torch.where(torch.isfinite(m_new), alpha, 1.0)
             p = torch.exp(s - torch.where(torch.isfinite(m_new), m_new, 0.0))

@@ -109,8 +109,8 @@ def forward(ops, t, causal: bool = False):
     """The forward alone (``operators.attention.forward``): O and LSE = m + log l, the statistic a
     split-KV combine or the backward reads, as row outputs; no reductions. LSE carries no stored
     point: its legitimate spread is the FP32 math's (the scores, exp, the sum over the keys in any
-    order, log), the max subtracted being any value (``Spread.max``: LSE does not depend on it to
-    first order, d LSE / d m = 1 - sum_j P_j = 0)."""
+    order, log), the running max taken as exact (``Spread.max``: LSE does not depend on the max
+    subtracted to first order, d LSE / d m = 1 - sum_j P_j = 0)."""
     s = _scores(ops, t, causal)
     block = ops.loop("key")
     o, lse, _ = _forward_global(ops, s, t["vt"]) if block is None else _forward_online(ops, s, t["vt"], block)

@@ -55,6 +55,10 @@ FORWARD_BUGS.update({
                                        "that keeps its statistics in its BF16 output's buffer)"),
     "lse_base2": (Flash(lse_base2=True), "LSE in base 2 (an exp2 kernel's log2(e) m + log2 l), not converted "
                                          "to the natural log the backward and a split-KV combine read"),
+    "unified_max": (Flash(max_offset=0.3),
+                    "a max 0.3 above the row's running max subtracted (a 'unified max'): at near-uniform scores "
+                    "every P~ is near exp(-0.3) = 0.7408 and rounds up in BF16 alike, while l sums the FP32 P~: "
+                    "O is biased by +0.18% (0 elements beyond the element-wise gate; the fitted scale fails it)"),
 })
 FORWARD_CAUSAL_BUGS = {"diagonal_off_by_one": CAUSAL_BUGS["diagonal_off_by_one"]}
 
@@ -85,6 +89,7 @@ FORWARD_KILLS = {
     "o_truncated": ("o", ("attention_forward", "129,129,64,unit")),
     "lse_bf16": ("lse", ("attention_forward", "129,129,64,unit")),
     "lse_base2": ("lse", ("attention_forward", "129,129,64,unit")),
+    "unified_max": ("o", ("attention_forward", "127,128,64,near_uniform")),
     "diagonal_off_by_one": ("lse", ("attention_forward_causal", "129,64,unit")),
 }
 
