@@ -111,8 +111,7 @@ def mutant_backends(operator: str = "swiglu_backward") -> list[Backend]:
         from operators.attention import mutants
         op = operators.get(operator)
         if operator.startswith("attention_forward"):
-            prefix = "forward_causal_" if operator.endswith("causal") else "forward_"
-            return [resolve(op, f"operators.attention.mutants:{prefix}{n}")
+            return [resolve(op, mutants.forward_kernel_path(n, operator))
                     for n, (_, (of, _)) in mutants.FORWARD_KILLS.items() if of == operator]
         return [resolve(op, f"operators.attention.mutants:{n}") for n, (_, (of, _)) in mutants.KILLS.items()
                 if of == operator]

@@ -94,6 +94,12 @@ FORWARD_KILLS = {
     "diagonal_off_by_one": ("lse", ("attention_forward_causal", "129,64,unit")),
 }
 
+def forward_kernel_path(bug: str, operator: str) -> str:
+    """The import path of forward operator ``operator``'s wrong kernel ``bug`` (as ``--backend`` takes it)."""
+    prefix = "forward_causal_" if operator.endswith("causal") else "forward_"
+    return f"{__name__}:{prefix}{bug}"
+
+
 def _forward_kernel(cfg: Flash, causal: bool, doc: str):
     def kernel(*, q, kt, vt):
         return flash.forward(q, kt, vt, causal=causal, cfg=cfg)

@@ -61,8 +61,7 @@ def test_each_wrong_forward_kernel_fails_its_named_output(name):
     output, (op_name, case) = mutants.FORWARD_KILLS[name]
     op = operators.get(op_name)
     spec = parse_case(op, case)
-    prefix = "forward_causal_" if op_name.endswith("causal") else "forward_"
-    wrong = resolve(op, f"operators.attention.mutants:{prefix}{name}")
+    wrong = resolve(op, mutants.forward_kernel_path(name, op_name))
     right = resolve(op, "flash-emulation")
     cells = verdicts(in_process([spec], [wrong, right]))
     assert cells[(wrong.name, spec.id)][output] == "fail", cells[(wrong.name, spec.id)]
