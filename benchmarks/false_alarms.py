@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import operators                                                         # noqa: E402
 from accuracy.compare import REFERENCE, compare_case                     # noqa: E402
 from accuracy.gate import Verdict, gated_verdicts                        # noqa: E402
+from accuracy.heads import compare_heads                                 # noqa: E402
 from cases import expectations                                           # noqa: E402
 from cases.evaluate import declared_schedule                             # noqa: E402
 from cases.matrix import acceptance_case, quick_cases                    # noqa: E402
@@ -81,7 +82,8 @@ MAX_M = 4097
 # Attention's sweep: the quick profile's cases up to M = 1025 (the 2048-query cases take ~20 s each
 # with four backends here), its correct backends (the Triton kernel in triton's interpreter), its
 # wrong kernels (``operators.attention.mutants``)
-ATTENTION = ("attention", "attention_causal", "attention_forward", "attention_forward_causal")
+ATTENTION = ("attention", "attention_causal", "attention_forward", "attention_forward_causal", "attention_heads",
+             "attention_heads_causal")
 ATTENTION_MAX_M = 1025
 
 
@@ -113,6 +115,9 @@ def mutant_backends(operator: str = "swiglu_backward") -> list[Backend]:
         if operator.startswith("attention_forward"):
             return [resolve(op, mutants.forward_kernel_path(n, operator))
                     for n, (_, (of, _)) in mutants.FORWARD_KILLS.items() if of == operator]
+        if op.heads is not None:
+            return [resolve(op, f"operators.attention.mutants:{n}") for n, (_, (of, _)) in mutants.HEAD_KILLS.items()
+                    if of == operator]
         return [resolve(op, f"operators.attention.mutants:{n}") for n, (_, (of, _)) in mutants.KILLS.items()
                 if of == operator]
     return [Backend(n, f) for n, f in {**MUTANTS, **plain.WRONG, **plain.LOCALIZED_BUGS}.items()]
@@ -125,6 +130,10 @@ def lean_verdicts(inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, Mapp
     """The gate's verdict and gated metrics of each backend x output, as ``evaluate_case``
     computes them, without the diagnosis layers (``operator``: whose case it is; the backends
     of this study are SwiGLU's)."""
+    if operator.heads is not None:     # each head on its own (``accuracy.heads``), as the matrix judges it
+        heads = compare_heads(operator, inputs, outputs, schedules, case=case, chunk_rows=chunk_rows, diagnose=False)
+        return {b: {o: (v, heads.comparison["backends"][b][o][REFERENCE]) for o, v in verdicts.items()}
+                for b, verdicts in heads.verdicts.items()}
     comparison = compare_case(operator, inputs, outputs, schedules, chunk_rows=chunk_rows, diagnose=False)
     result = {}
     for b, metrics in comparison["backends"].items():

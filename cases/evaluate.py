@@ -15,6 +15,7 @@ from accuracy.compare import compare_case
 from accuracy.determinism import same_bits, compare_runs
 from accuracy.dual import DEFAULT_BENCHMARK, DualVerdict, dual_verdicts
 from accuracy.gate import Verdict, gated_verdicts
+from accuracy.heads import compare_heads
 from cases.spec import CaseSpec, make_inputs
 from contract.backend import changed_since, input_digests
 from contract.operator import Operator
@@ -223,8 +224,13 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
             if golden_device is not None and golden_device != device:
                 inputs = {k: v.to(golden_device) for k, v in inputs.items()}
                 ok = {name: {o: t.to(golden_device) for o, t in outs.items()} for name, outs in ok.items()}
-            outcome.comparison = compare_case(operator, inputs, ok, schedules, served=served, chunk_rows=chunk_rows,
-                                              progress=progress)
+            if operator.heads is None:
+                outcome.comparison = compare_case(operator, inputs, ok, schedules, served=served,
+                                                  chunk_rows=chunk_rows, progress=progress)
+            else:   # each head judged on its own (``accuracy.heads``)
+                heads = compare_heads(operator, inputs, ok, schedules, case=spec.id, served=served,
+                                      chunk_rows=chunk_rows, progress=progress)
+                outcome.comparison = heads.comparison
         except Exception as exc:  # a golden that cannot be computed fails every cell of the case, loudly
             outcome.error = f"case {spec.id}: goldens/compare failed: {type(exc).__name__}: {exc}"
             return outcome
@@ -239,11 +245,13 @@ def evaluate_case(spec: CaseSpec, backends: Sequence[Backend], *, device: str = 
         for name in outcome.comparison["backends"]:
             outcome.verdicts[name] = gated_verdicts(operator, outcome.comparison["backends"][name], case=spec.id,
                                                     backend=name,
-                                                    attribution=outcome.comparison["attribution"][name])
+                                                    attribution=outcome.comparison["attribution"][name]
+                                                    ) if operator.heads is None else heads.verdicts[name]
         _fold_repeats(outcome, repeat_of, repeats)
         if benchmark is not None:
-            outcome.dual, outcome.dual_missing = dual_verdicts(outcome.comparison, benchmark, case=spec.id,
-                                                               runs=runs)
+            outcome.dual, outcome.dual_missing = (
+                dual_verdicts(outcome.comparison, benchmark, case=spec.id, runs=runs) if operator.heads is None
+                else heads.dual(benchmark, runs))
         return outcome
     except InputsMoved as exc:     # in a repeat's call
         return CaseOutcome(spec, runs, error=f"case {spec.id}: {exc}")

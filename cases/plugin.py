@@ -459,18 +459,21 @@ def pytest_pycollect_makeitem(collector, name, obj):
         if not config.getoption("--report-dir", default=None) or not config.getoption("--drift-seeds", default=0):
             return []
         # the loop study only for a run with an operator it applies to (attention), not as an empty skip
-        if name == "test_loop_drift_study" and not any(loop_drift_applies(op) for op in run_operators(config)):
+        if name == "test_loop_drift_study" and not any(loop_drift_applies(op.one_head) for op in run_operators(config)):
             return []
     return None
 
 
 def pytest_generate_tests(metafunc):
     if "study_operator" in metafunc.fixturenames:
-        keys = [operators.key(op) for op in run_operators(metafunc.config) if op.reduction_outputs]
+        # an operator over heads shares its one-head operator's study (drift is per head)
+        keys = list(dict.fromkeys(operators.key(op.one_head) for op in run_operators(metafunc.config)
+                                  if op.reduction_outputs))
         metafunc.parametrize("study_operator", [pytest.param(k, id=k, marks=pytest.mark.xdist_group(f"drift-{k}"))
                                                 for k in keys])
     if "loop_operator" in metafunc.fixturenames:
-        keys = [operators.key(op) for op in run_operators(metafunc.config) if loop_drift_applies(op)]
+        keys = list(dict.fromkeys(operators.key(op.one_head) for op in run_operators(metafunc.config)
+                                  if loop_drift_applies(op.one_head)))
         metafunc.parametrize("loop_operator", [pytest.param(k, id=k, marks=pytest.mark.xdist_group(f"loop-drift-{k}"))
                                                for k in keys])
     if "cell" not in metafunc.fixturenames:

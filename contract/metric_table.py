@@ -31,6 +31,9 @@ SLOTS = (
 FULL = "full"
 DUAL_ONLY = "dual_only"
 BOTH = (FULL, DUAL_ONLY)
+# what a head's record of an operator over heads adds to either form (``accuracy.heads``)
+OF_A_HEAD = "of_a_head"
+FORMS = (*BOTH, OF_A_HEAD)
 
 # How a detail column writes its value (``reports/templates/panels/details.html.j2``): three
 # significant digits, a share in percent, an integer.
@@ -137,6 +140,11 @@ METRICS = (
                               "(None: no FP64 values)", columns=(Column(8, "detection floor", format="pct"),)),
     Metric("aggregate", "the aggregate error model (Aggregate), or None where no FP64 values were given"),
     Metric("dual", "msprobe's benchmark-standard metrics (DualMetrics), or None where not kept", forms=BOTH),
+    Metric("head", "the head this record is of (0 first), where the operator has heads; its indices lead with it",
+           forms=(OF_A_HEAD,)),
+    Metric("heads", "the case's head count, where the operator has heads", forms=(OF_A_HEAD,)),
+    Metric("failing_heads", "the heads whose verdict fails this output (0 first), where the operator has heads",
+           forms=(OF_A_HEAD,)),
 )
 
 # ``metrics.aggregate`` (``ErrorStats._aggregate_result``); the direction keys are None where the

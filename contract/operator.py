@@ -107,6 +107,10 @@ class Operator:
     # the drift study's shape (the dimensions after M): small, since drift relative to rms depends
     # on M and the tiles, not on the other sizes (default: its last shape)
     study_shape: tuple = ()
+    # an operator over independent heads (``contract.heads.over_heads``): the dimension every tensor
+    # leads with, and the one-head operator whose goldens and gate judge each head
+    heads: str | None = None
+    per_head: "Operator | None" = None
 
     def __post_init__(self):
         # read-only copies: a backend in the framework's process cannot change the scale profiles,
@@ -120,6 +124,12 @@ class Operator:
             raise ValueError(f"operator {self.name!r}: tensor names repeat: {names}")
         if set(self.sizes_from) != set(self.dims):
             raise ValueError(f"operator {self.name!r}: sizes_from must name every dimension {self.dims}")
+
+    @property
+    def one_head(self) -> Operator:
+        """The operator each head is an instance of (itself where it has no heads): its goldens judge
+        a head, and its drift studies are those of the operator over heads."""
+        return self.per_head or self
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -1,6 +1,8 @@
 """Attention's backends (non-causal; ``causal_backends`` holds the same for the causal operator).
 Each takes q [M, D], kt, vt [D, N], do [M, D] in BF16 and returns o, dq [M, D] and dkt, dvt [D, N]
-in BF16, from one forward and its backward:
+in BF16, from one forward and its backward; given H heads (``operators.attention.heads``: every
+tensor [H, ...]) the same over all heads at once (PyTorch's) or head by head (the emulation and
+the Triton kernel):
 
 * ``torch-eager``: PyTorch's BF16 autograd of ``F.scaled_dot_product_attention`` on its math path
   (the dual verdict's benchmark); ``torch-compile``: the same compiled;
@@ -21,24 +23,29 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from contract.backend import BackendUnsupported
+from contract.heads import head_by_head
 from operators.attention import REFERENCE, SCHEDULES, flash, triton_flash as _triton
 
 BF16 = torch.bfloat16
 
 
 def sdpa(q, kt, vt, do, *, causal: bool, dtype: torch.dtype, backend: SDPBackend, compiled: bool = False):
-    """Autograd of ``scaled_dot_product_attention`` over [1, 1, S, D] views of the inputs."""
-    leaves = [t.to(dtype).contiguous().detach().requires_grad_(True) for t in (q, kt.t(), vt.t())]
+    """Autograd of ``scaled_dot_product_attention`` over [1, H, S, D] views of the inputs (one head:
+    [M, D] and [D, N]; H heads: [H, M, D] and [H, D, N])."""
+    leaves = [t.to(dtype).contiguous().detach().requires_grad_(True) for t in (q, kt.mT, vt.mT)]
+
+    def four(t):
+        return t.reshape(1, -1, *t.shape[-2:])
 
     def forward(q4, k4, v4):
         return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=causal)
 
     fn = torch.compile(forward, dynamic=False) if compiled else forward
     with sdpa_kernel(backend):
-        o = fn(*(t.unsqueeze(0).unsqueeze(0) for t in leaves))
-        dq, dk, dv = torch.autograd.grad(o, leaves, grad_outputs=do.to(dtype).unsqueeze(0).unsqueeze(0))
-    return {"o": o[0, 0].to(BF16), "dq": dq.to(BF16), "dkt": dk.t().contiguous().to(BF16),
-            "dvt": dv.t().contiguous().to(BF16)}
+        o = fn(*(four(t) for t in leaves))
+        dq, dk, dv = torch.autograd.grad(o, leaves, grad_outputs=four(do.to(dtype)))
+    return {"o": o.reshape(q.shape).to(BF16), "dq": dq.to(BF16), "dkt": dk.mT.contiguous().to(BF16),
+            "dvt": dv.mT.contiguous().to(BF16)}
 
 
 def on_cuda(q: torch.Tensor, kernel: str) -> None:
@@ -70,9 +77,11 @@ def make(causal: bool, schedules, reference):
     def torch_fp32(*, q, kt, vt, do):
         return sdpa(q, kt, vt, do, causal=causal, dtype=torch.float32, backend=SDPBackend.MATH)
 
+    @head_by_head
     def flash_emulation(*, q, kt, vt, do):
         return flash.run(q, kt, vt, do, causal=causal)
 
+    @head_by_head
     def triton_flash(*, q, kt, vt, do):
         return _triton.run(q, kt, vt, do, causal=causal)
 

@@ -2,10 +2,12 @@
 bug each, of the kinds flash kernels ship with. ``KILLS`` names, per wrong kernel, the output the
 gate must fail it on and the case that exposes it (the operator's: ``attention`` or
 ``attention_causal``); ``FORWARD_KILLS`` the same for the forward operators' (kernels
-``forward_<bug>``, ``forward_causal_<bug>``); ``tests/operators/test_attention.py`` runs them. None is registered
-among the operator's backends.
+``forward_<bug>``, ``forward_causal_<bug>``) and ``HEAD_KILLS`` for the operators over heads;
+``tests/operators/test_attention.py`` runs them. None is registered among the operator's backends.
 """
 from __future__ import annotations
+
+import torch
 
 from operators.attention import flash
 from operators.attention.flash import BF16, Flash
@@ -93,6 +95,72 @@ FORWARD_KILLS = {
     "unified_max": ("o", ("attention_forward", "127,128,64,near_uniform")),
     "diagonal_off_by_one": ("lse", ("attention_forward_causal", "129,64,unit")),
 }
+
+# wrong kernels over heads (``operators.attention.heads``): the flash emulation per head, right within
+# each head, with the heads' layout wrong; (output it must fail, (operator, case))
+HEAD_KILLS = {
+    "first_head_keys": ("o", ("attention_heads", "129,129,64,3,unit")),
+    "heads_swapped_with_rows": ("o", ("attention_heads", "129,129,64,3,unit")),
+    "last_head_previous_values": ("o", ("attention_heads", "257,257,128,8,unit")),
+    "dkdv_summed_over_heads": ("dkt", ("attention_heads", "129,129,64,3,unit")),
+    "backward_next_head_do": ("dq", ("attention_heads", "129,129,64,3,unit")),
+    "causal_mask_flat_rows": ("o", ("attention_heads_causal", "129,64,3,unit")),
+}
+
+
+def _flash_heads(q, kt, vt, do, *, causal: bool) -> dict[str, torch.Tensor]:
+    heads = [flash.run(q[h], kt[h], vt[h], do[h], causal=causal) for h in range(q.shape[0])]
+    return {name: torch.stack([out[name] for out in heads]) for name in heads[0]}
+
+
+def first_head_keys(*, q, kt, vt, do):
+    """Every head attends to head 0's keys and values (a K/V pointer without the head offset)."""
+    return _flash_heads(q, kt[:1].expand_as(kt), vt[:1].expand_as(vt), do, causal=False)
+
+
+def heads_swapped_with_rows(*, q, kt, vt, do):
+    """q and dO's [H, M, D] memory read as [M, H, D] (the head and query strides swapped), and o
+    and dq written back the same way."""
+    h, m, d = q.shape
+    def swap(t):
+        return t.reshape(m, h, d).transpose(0, 1).contiguous()
+    out = _flash_heads(swap(q), kt, vt, swap(do), causal=False)
+    for name in ("o", "dq"):
+        out[name] = out[name].transpose(0, 1).contiguous().reshape(h, m, d)
+    return out
+
+
+def last_head_previous_values(*, q, kt, vt, do):
+    """The last head reads the values of the head before it (a head index off by one at the edge of
+    the grid); every other head is right."""
+    vt = vt.clone()
+    vt[-1] = vt[-2]
+    return _flash_heads(q, kt, vt, do, causal=False)
+
+
+def dkdv_summed_over_heads(*, q, kt, vt, do):
+    """dK and dV summed over the heads, as a grouped-query kernel sums the heads that share one K
+    and V head, for heads that each have their own."""
+    out = _flash_heads(q, kt, vt, do, causal=False)
+    for name in ("dkt", "dvt"):
+        out[name] = out[name].float().sum(0, keepdim=True).expand_as(out[name]).to(BF16).contiguous()
+    return out
+
+
+def backward_next_head_do(*, q, kt, vt, do):
+    """The backward reads the next head's dO (a head stride off by one in dO's pointer), the
+    forward is right: o passes, dq, dK, dV do not."""
+    right = _flash_heads(q, kt, vt, do, causal=False)
+    wrong = _flash_heads(q, kt, vt, do.roll(-1, 0), causal=False)
+    return {**wrong, "o": right["o"]}
+
+
+def causal_mask_flat_rows(*, q, kt, vt, do):
+    """The causal mask compares the key's position with the query's row in the flattened [H * M]
+    rows: head 0 is masked right, every later head's queries see every key."""
+    heads = [flash.run(q[h], kt[h], vt[h], do[h], causal=h == 0) for h in range(q.shape[0])]
+    return {name: torch.stack([out[name] for out in heads]) for name in heads[0]}
+
 
 def forward_kernel_path(bug: str, operator: str) -> str:
     """The import path of forward operator ``operator``'s wrong kernel ``bug`` (as ``--backend`` takes it)."""

@@ -30,6 +30,20 @@ CAUSAL_SHAPES = ((64,), (128,))
 ACCEPTANCE_CASE = (2048, 2048, 128, "unit", 0)
 CAUSAL_ACCEPTANCE_CASE = (2048, 128, "unit", 0)
 
+# The operators over heads (``operators.attention.heads``): H after the one-head sizes. Few and small
+# cases, each of 2 to 8 heads: what they add is the heads' layout (a head stride, K and V of the
+# wrong head, sums across heads), which any head count from 2 exposes; the numerics per head are
+# the one-head matrix's. M: one query, either side of the 128-query tile, three tiles.
+HEAD_M_EDGES = (1, 127, 129, 257)
+HEAD_SHAPES = ((129, 64, 3), (128, 128, 2))
+HEAD_CAUSAL_SHAPES = ((64, 3), (128, 2))
+# eight heads (B x H = 8, the head count the memory target of the largest case names) at a
+# LLaMA-style head dim over 257 keys: three key blocks, the last of one key
+HEAD_ACCEPTANCE_CASE = (257, 257, 128, 8, "unit", 0)
+HEAD_CAUSAL_ACCEPTANCE_CASE = (257, 128, 8, "unit", 0)
+HEAD_RANGE_CASES = ((129, 129, 64, 2, "above_fp16", 0),)
+HEAD_CAUSAL_RANGE_CASES = ((129, 64, 2, "above_fp16", 0),)
+
 
 def _randn(gen, *shape):
     return torch.randn(*shape, generator=gen, dtype=torch.float32)

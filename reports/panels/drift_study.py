@@ -19,7 +19,7 @@ def _study_folder(context: Context) -> Path:
     folder = context.out / "drift"
     results_file = context.results.get("source")
     if not (folder / "drift.json").is_file() and results_file:
-        folder = Path(results_file).parent / DRIFT_STUDIES / operators.key(context.op)
+        folder = Path(results_file).parent / DRIFT_STUDIES / operators.key(context.op.one_head)
     return folder
 
 
@@ -33,7 +33,7 @@ def drift_study(context: Context) -> dict | None:
         study = load_study(folder)
     except StudyUnreadable as exc:
         raise FileNotFoundError(str(exc)) from None
-    owner, mine = study["axes"]["operator"], operators.key(context.op)
+    owner, mine = study["axes"]["operator"], operators.key(context.op.one_head)
     if owner != mine:
         if context.study_strict:
             raise FileNotFoundError(f"{folder}: a drift study of operator {owner!r}, not of {mine!r}")

@@ -15,14 +15,14 @@ def _folders(context: Context) -> list[Path]:
     folders = [context.out / "drift"]
     results_file = context.results.get("source")
     if results_file:
-        folders.append(Path(results_file).parent / DRIFT_STUDIES / operators.key(context.op))
+        folders.append(Path(results_file).parent / DRIFT_STUDIES / operators.key(context.op.one_head))
     return folders
 
 
 def loop_drift(context: Context) -> dict | None:
     for folder in _folders(context):
         study = load_loop_study(folder)
-        if study is not None and study["operator"] == operators.key(context.op):
+        if study is not None and study["operator"] == operators.key(context.op.one_head):
             return {"study": study, "src": context.image("loop-drift"), "table": study["table"],
                     "source": str(folder), "block": study["block"], "seeds": study["seeds"],
                     "queries": study["queries"], "head_dim": study["head_dim"], "wall_s": study.get("wall_s")}

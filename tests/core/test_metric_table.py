@@ -74,7 +74,7 @@ def test_each_key_is_declared_once_with_a_meaning_and_its_forms(name):
     assert len({m.key for m in table}) == len(table)
     for m in table:
         assert m.meaning.strip() and "\n" not in m.meaning, m.key
-        assert m.forms and set(m.forms) <= set(T.BOTH), m.key
+        assert m.forms and set(m.forms) <= set(T.FORMS), m.key
 
 
 def test_the_compiled_pass_numbers_the_declared_slots():

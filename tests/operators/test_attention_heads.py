@@ -1,0 +1,113 @@
+"""Attention over heads (``operators.attention.heads``): every head judged on its own by the one-head
+operator, a kernel that crosses heads caught at its named output, and the record of a failing
+output naming the head and the element in the kernel's [H, ...] tensor."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import operators
+from accuracy.heads import compare_heads
+from cases.evaluate import declared_schedule
+from cases.matrix import parse_case, quick_cases
+from cases.spec import make_inputs
+from contract.backend import ContractError, validate_inputs
+from contract.heads import head_by_head
+from kernels.registry import resolve
+from kernels.runner import run_backend
+from operators.attention import flash, mutants
+from tests.operators.matrix_run import in_process, verdicts
+
+NAMES = ("attention_heads", "attention_heads_causal")
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def quick(request):
+    """Every default backend at the quick profile's cases of at most 3 heads, the Triton kernel in
+    triton's interpreter."""
+    pytest.importorskip("triton", reason="the triton-flash backend needs triton (pip install -e '.[triton]')")
+    op = operators.get(request.param)
+    cases = [c for c in quick_cases(op) if c.sizes[-1] <= 3]
+    backends = [resolve(op, n) for n in op.default_backends]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_INTERPRET", "1")
+        return op, cases, verdicts(in_process(cases, backends))
+
+
+def test_correct_backends_pass_every_head_of_the_quick_cases(quick):
+    op, cases, cells = quick
+    assert len(cases) >= 8 and {c.sizes[-1] for c in cases} >= {2, 3}
+    for name in op.default_backends:
+        for spec in cases:
+            assert set(cells[(name, spec.id)].values()) == {"pass"}, (name, spec.id, cells[(name, spec.id)])
+
+
+@pytest.mark.parametrize("name", sorted(mutants.HEAD_KILLS))
+def test_each_kernel_that_crosses_heads_fails_its_named_output(name):
+    output, (op_name, case) = mutants.HEAD_KILLS[name]
+    op = operators.get(op_name)
+    spec = parse_case(op, case)
+    wrong = resolve(op, f"operators.attention.mutants:{name}")
+    right = resolve(op, "flash-emulation")
+    cells = verdicts(in_process([spec], [wrong, right]))
+    assert cells[(wrong.name, spec.id)][output] == "fail", cells[(wrong.name, spec.id)]
+    assert set(cells[(right.name, spec.id)].values()) == {"pass"}, cells[(right.name, spec.id)]
+
+
+def _compared(op_name: str, case: str, *backends: str):
+    op = operators.get(op_name)
+    spec = parse_case(op, case)
+    inputs = make_inputs(spec)
+    chosen = [resolve(op, b) for b in backends]
+    outputs = {b.name: run_backend(op, b, inputs).outputs for b in chosen}
+    schedules = {b.name: declared_schedule(op, b) for b in chosen}
+    return compare_heads(op, inputs, outputs, schedules, case=spec.id), inputs, outputs
+
+
+def test_one_wrong_head_of_eight_fails_on_its_own_and_its_record_names_it():
+    """The last of 8 heads reads its neighbour's values: 1/8 of each output is wrong. Judged per head,
+    head 7 fails with 98% of its elements; its record's indices lead with 7 and its message lists it
+    as the one failing head. Heads 0..6 pass."""
+    wrong = "operators.attention.mutants:last_head_previous_values"
+    heads, _, outputs = _compared("attention_heads", "257,257,128,8,unit", wrong)
+    v = heads.verdicts[wrong]["o"]
+    m = heads.comparison["backends"][wrong]["o"]["reference"]
+    assert not v.passed and m["head"] == 7 and m["heads"] == 8 and m["failing_heads"] == [7]
+    assert m["max_abs_index"][0] == 7 and all(w["index"][0] == 7 for w in m["worst"])
+    assert "head 7 (of 8" in v.message and "Heads failing this output: 1 of 8 (7)" in v.message
+    # an index into the kernel's [H, M, D] tensor: the element the record quotes
+    assert len(m["max_abs_index"]) == 3 and len(m["worst"][0]["index"]) == 3
+    assert float(outputs[wrong]["o"][tuple(m["worst"][0]["index"])]) == m["worst"][0]["actual"]
+    # every other head passes: the per-head verdicts of o
+    per_head = [c["backends"][wrong]["o"]["reference"]["mismatches"] for c in heads.per_head]
+    assert per_head[:7] == [0] * 7 and per_head[7] > 0
+
+
+def test_a_passing_output_shows_the_head_with_the_largest_error():
+    heads, _, _ = _compared("attention_heads", "129,129,64,3,unit", "flash-emulation")
+    m = heads.comparison["backends"]["flash-emulation"]["dq"]["reference"]
+    errors = [c["backends"]["flash-emulation"]["dq"]["reference"]["max_abs_err"] for c in heads.per_head]
+    assert heads.verdicts["flash-emulation"]["dq"].passed and m["failing_heads"] == []
+    assert m["head"] == errors.index(max(errors))
+
+
+def test_the_heads_are_drawn_apart_and_each_is_the_one_head_operators_case_layout():
+    op = operators.get("attention_heads")
+    inputs = make_inputs(parse_case(op, "129,127,64,3,unit"))
+    assert tuple(inputs["q"].shape) == (3, 129, 64) and tuple(inputs["kt"].shape) == (3, 64, 127)
+    assert not torch.equal(inputs["q"][0], inputs["q"][1]) and not torch.equal(inputs["kt"][1], inputs["kt"][2])
+    validate_inputs(op.one_head, {n: t[2] for n, t in inputs.items()})
+    with pytest.raises(ContractError, match=r"input 'kt' has shape \(3, 64, 127\), expected \(2, 64, 127\).*H=2 from q"):
+        validate_inputs(op, {**inputs, "q": inputs["q"][:2]})
+    with pytest.raises(ContractError, match="expected a 3-D tensor"):
+        validate_inputs(op, {**inputs, "q": inputs["q"][0]})
+
+
+def test_a_one_head_kernel_runs_head_by_head_on_heads_and_as_it_is_on_one():
+    op = operators.get("attention_heads")
+    inputs = make_inputs(parse_case(op, "127,129,64,2,unit"))
+    run = head_by_head(lambda *, q, kt, vt, do: flash.run(q, kt, vt, do, causal=False))
+    both = run(**inputs)
+    for h in range(2):
+        one = run(**{n: t[h] for n, t in inputs.items()})
+        assert all(torch.equal(both[o][h], one[o]) for o in one)
