@@ -83,7 +83,7 @@ MAX_M = 4097
 # with four backends here), its correct backends (the Triton kernel in triton's interpreter), its
 # wrong kernels (``operators.attention.mutants``)
 ATTENTION = ("attention", "attention_causal", "attention_forward", "attention_forward_causal", "attention_heads",
-             "attention_heads_causal")
+             "attention_heads_causal", "attention_forward_heads", "attention_forward_heads_causal")
 ATTENTION_MAX_M = 1025
 
 
@@ -112,12 +112,13 @@ def mutant_backends(operator: str = "swiglu_backward") -> list[Backend]:
     if operator in ATTENTION:
         from operators.attention import mutants
         op = operators.get(operator)
+        if op.heads is not None:
+            kills = mutants.FORWARD_HEAD_KILLS if operator.startswith("attention_forward") else mutants.HEAD_KILLS
+            return [resolve(op, f"operators.attention.mutants:{n}") for n, (_, (of, _)) in kills.items()
+                    if of == operator]
         if operator.startswith("attention_forward"):
             return [resolve(op, mutants.forward_kernel_path(n, operator))
                     for n, (_, (of, _)) in mutants.FORWARD_KILLS.items() if of == operator]
-        if op.heads is not None:
-            return [resolve(op, f"operators.attention.mutants:{n}") for n, (_, (of, _)) in mutants.HEAD_KILLS.items()
-                    if of == operator]
         return [resolve(op, f"operators.attention.mutants:{n}") for n, (_, (of, _)) in mutants.KILLS.items()
                 if of == operator]
     return [Backend(n, f) for n, f in {**MUTANTS, **plain.WRONG, **plain.LOCALIZED_BUGS}.items()]

@@ -22,7 +22,9 @@ OPERATORS = {"swiglu_backward": "operators.swiglu_backward",
              "attention_forward": "operators.attention.forward",
              "attention_forward_causal": "operators.attention.forward_causal",
              "attention_heads": "operators.attention.heads",
-             "attention_heads_causal": "operators.attention.heads_causal"}
+             "attention_heads_causal": "operators.attention.heads_causal",
+             "attention_forward_heads": "operators.attention.forward_heads",
+             "attention_forward_heads_causal": "operators.attention.forward_heads_causal"}
 
 _loaded: dict[str, Operator] = {}
 _keys: dict[str, str] = {}       # Operator.name -> the name or path it was loaded by

@@ -1,8 +1,8 @@
 """Attention's backends (non-causal; ``causal_backends`` holds the same for the causal operator).
 Each takes q [M, D], kt, vt [D, N], do [M, D] in BF16 and returns o, dq [M, D] and dkt, dvt [D, N]
 in BF16, from one forward and its backward; given H heads (``operators.attention.heads``: every
-tensor [H, ...]) the same over all heads at once (PyTorch's) or head by head (the emulation and
-the Triton kernel):
+tensor [H, ...]) the same over all heads at once (PyTorch's, the Triton kernel) or head by head
+(the emulation):
 
 * ``torch-eager``: PyTorch's BF16 autograd of ``F.scaled_dot_product_attention`` on its math path
   (the dual verdict's benchmark); ``torch-compile``: the same compiled;
@@ -81,8 +81,7 @@ def make(causal: bool, schedules, reference):
     def flash_emulation(*, q, kt, vt, do):
         return flash.run(q, kt, vt, do, causal=causal)
 
-    @head_by_head
-    def triton_flash(*, q, kt, vt, do):
+    def triton_flash(*, q, kt, vt, do):     # one launch over every head
         return _triton.run(q, kt, vt, do, causal=causal)
 
     torch_eager.schedule = torch_compile.schedule = reference.torch_bf16

@@ -21,6 +21,7 @@ import math
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from contract.heads import head_by_head
 from operators.attention import flash, triton_flash as _triton
 from operators.attention.backends import on_cuda
 from operators.attention.forward import REFERENCE, SCHEDULES
@@ -93,8 +94,10 @@ def make(causal: bool, schedules, reference):
     torch_flash_cpu.schedule = reference.torch_flash_cpu
     flash_emulation.schedule = torch_flash_cuda.schedule = torch_efficient_cuda.schedule = reference.flash
     triton_flash.schedule = reference.triton_flash
-    return (torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation, triton_flash, torch_flash_cuda,
-            torch_efficient_cuda)
+    # given H heads (``operators.attention.forward_heads``: every tensor [H, ...]), each runs head by head
+    # but the Triton kernel, which launches over every head at once
+    by_head = (head_by_head(fn) for fn in (torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation))
+    return (*by_head, triton_flash, *(head_by_head(fn) for fn in (torch_flash_cuda, torch_efficient_cuda)))
 
 
 (torch_eager, torch_compile, torch_flash_cpu, torch_fp32, flash_emulation, triton_flash, torch_flash_cuda,

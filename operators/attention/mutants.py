@@ -2,7 +2,8 @@
 bug each, of the kinds flash kernels ship with. ``KILLS`` names, per wrong kernel, the output the
 gate must fail it on and the case that exposes it (the operator's: ``attention`` or
 ``attention_causal``); ``FORWARD_KILLS`` the same for the forward operators' (kernels
-``forward_<bug>``, ``forward_causal_<bug>``) and ``HEAD_KILLS`` for the operators over heads;
+``forward_<bug>``, ``forward_causal_<bug>``), ``HEAD_KILLS`` and ``FORWARD_HEAD_KILLS`` for the
+operators over heads;
 ``tests/operators/test_attention.py`` runs them. None is registered among the operator's backends.
 """
 from __future__ import annotations
@@ -106,6 +107,37 @@ HEAD_KILLS = {
     "backward_next_head_do": ("dq", ("attention_heads", "129,129,64,3,unit")),
     "causal_mask_flat_rows": ("o", ("attention_heads_causal", "129,64,3,unit")),
 }
+
+
+FORWARD_HEAD_KILLS = {
+    "forward_heads_first_head_lse": ("lse", ("attention_forward_heads", "129,129,64,3,unit")),
+    "forward_heads_first_head_keys": ("o", ("attention_forward_heads", "129,129,64,3,unit")),
+    "forward_heads_causal_mask_flat_rows": ("o", ("attention_forward_heads_causal", "129,64,3,unit")),
+}
+
+
+def _forward_heads(q, kt, vt, *, causal) -> dict[str, torch.Tensor]:
+    heads = [flash.forward(q[h], kt[h], vt[h], causal=causal if isinstance(causal, bool) else causal(h))
+             for h in range(q.shape[0])]
+    return {name: torch.stack([out[name] for out in heads]) for name in heads[0]}
+
+
+def forward_heads_first_head_lse(*, q, kt, vt):
+    """Every head's LSE is head 0's (LSE written [M] per program without the head's offset, the last
+    write head 0's); O is right."""
+    out = _forward_heads(q, kt, vt, causal=False)
+    out["lse"] = out["lse"][:1].expand_as(out["lse"]).contiguous()
+    return out
+
+
+def forward_heads_first_head_keys(*, q, kt, vt):
+    """Every head attends to head 0's K and V."""
+    return _forward_heads(q, kt[:1].expand_as(kt), vt[:1].expand_as(vt), causal=False)
+
+
+def forward_heads_causal_mask_flat_rows(*, q, kt, vt):
+    """The causal mask on the flattened [H * M] row: heads after the first see every key."""
+    return _forward_heads(q, kt, vt, causal=lambda h: h == 0)
 
 
 def _flash_heads(q, kt, vt, do, *, causal: bool) -> dict[str, torch.Tensor]:

@@ -1,5 +1,6 @@
-"""A FlashAttention-2-style attention kernel in Triton (forward and backward, one head), run by
-triton's CPU interpreter in CI and compiled on CUDA.
+"""A FlashAttention-2-style attention kernel in Triton (forward and backward, one head or H heads in
+one launch, each program offset by its head's stride), run by triton's CPU interpreter in CI and
+compiled on CUDA.
 
 Forward (one program per block of ``BLOCK_M`` queries): the loop over key blocks of ``BLOCK_N``
 with the running max, the running sum and the O accumulator rescaled in FP32, each block's
@@ -30,9 +31,9 @@ from contract.backend import BackendUnsupported
 BLOCK_M = 64
 BLOCK_N = 64
 # The interpreter runs each program's block loop in numpy: M = N = 2048 at D = 128 (2^22 query-key
-# pairs) took 33 s here (2 cores), M = 129, N = 257 at D = 64 1.0 s. Above 2^21 pairs (every quick
-# case of both operators but the acceptance cases' 2048 x 2048; the causal M = 1025 has 1.05e6) a
-# case is refused with this estimate: override with ATTENTION_TRITON_INTERPRET_MAX_PAIRS.
+# pairs) took 33 s here (2 cores), M = 129, N = 257 at D = 64 1.0 s. Above 2^21 pairs over all heads
+# (every quick case of the operators but the acceptance cases' 2048 x 2048; the causal M = 1025
+# has 1.05e6) a case is refused with this estimate: override with ATTENTION_TRITON_INTERPRET_MAX_PAIRS.
 INTERPRETER_MAX_PAIRS = 1 << 21
 
 try:
@@ -46,6 +47,12 @@ def _fwd(q_ptr, kt_ptr, vt_ptr, o_ptr, lse_ptr, M, N, scale,
          D: tl.constexpr, BLOCK_M_: tl.constexpr,
          BLOCK_N_: tl.constexpr, CAUSAL: tl.constexpr):
     pid = tl.program_id(0)
+    head = tl.program_id(1).to(tl.int64)        # each head's tensors at its stride: [H, M, D], [H, D, N]
+    q_ptr += head * M * D
+    kt_ptr += head * D * N
+    vt_ptr += head * D * N
+    o_ptr += head * M * D
+    lse_ptr += head * M
     rows = pid * BLOCK_M_ + tl.arange(0, BLOCK_M_)
     dims = tl.arange(0, D)
     rmask = rows < M
@@ -88,6 +95,16 @@ def _bwd(q_ptr, kt_ptr, vt_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, dkt_ptr, dvt
          D: tl.constexpr, BLOCK_M_: tl.constexpr,
          BLOCK_N_: tl.constexpr, CAUSAL: tl.constexpr):
     pid = tl.program_id(0)
+    head = tl.program_id(1).to(tl.int64)
+    q_ptr += head * M * D
+    do_ptr += head * M * D
+    dq_ptr += head * M * D
+    kt_ptr += head * D * N
+    vt_ptr += head * D * N
+    dkt_ptr += head * D * N
+    dvt_ptr += head * D * N
+    lse_ptr += head * M
+    delta_ptr += head * M
     cols = pid * BLOCK_N_ + tl.arange(0, BLOCK_N_)
     dims = tl.arange(0, D)
     cmask = cols < N
@@ -169,34 +186,44 @@ def _mode(q: torch.Tensor, pairs: int) -> bool:
     return True
 
 
-def run(q, kt, vt, do, *, causal: bool) -> dict[str, torch.Tensor]:
-    m, d = q.shape
-    n = kt.shape[1]
+def _heads(*tensors: torch.Tensor) -> tuple[bool, list[torch.Tensor]]:
+    """(whether the inputs came with a head dimension, each as a contiguous [H, ...] tensor)."""
+    one = tensors[0].dim() == 2
+    return not one, [(t.unsqueeze(0) if one else t).contiguous() for t in tensors]
+
+
+def _checked(q: torch.Tensor, n: int) -> bool:
+    """The kernel's mode (``_mode``) for [H, M, D] queries over N keys, or BackendUnsupported."""
+    h, m, d = q.shape
     if d & (d - 1) or d < 16:
         raise BackendUnsupported(f"head dim {d}: the kernel's tiles need a power of two >= 16")
-    interpret = _mode(q, m * n)
-    k = _kernels(interpret)
-    q, kt, vt, do = (t.contiguous() for t in (q, kt, vt, do))
+    return _mode(q, h * m * n)
+
+
+def run(q, kt, vt, do, *, causal: bool) -> dict[str, torch.Tensor]:
+    """Forward and backward of one head ([M, D], [D, N]) or of H heads in one launch ([H, M, D],
+    [H, D, N]: a program per query block (forward) or key block (backward) and head)."""
+    heads, (q, kt, vt, do) = _heads(q, kt, vt, do)
+    k = _kernels(_checked(q, kt.shape[2]))
     o = torch.empty_like(q)
-    lse = torch.empty(m, dtype=torch.float32, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
     with numpy_quiet():
-        return _launch(k, q, kt, vt, do, o, lse, m, n, d, causal)
+        out = _launch(k, q, kt, vt, do, o, lse, causal)
+    return out if heads else {name: t[0] for name, t in out.items()}
 
 
 def run_forward(q, kt, vt, *, causal: bool) -> dict[str, torch.Tensor]:
-    """The forward kernel alone: O in BF16 and its LSE [M, 1] in FP32."""
-    m, d = q.shape
-    n = kt.shape[1]
-    if d & (d - 1) or d < 16:
-        raise BackendUnsupported(f"head dim {d}: the kernel's tiles need a power of two >= 16")
-    k = _kernels(_mode(q, m * n))
-    q, kt, vt = (t.contiguous() for t in (q, kt, vt))
+    """The forward kernel alone: O in BF16 and its LSE [M, 1] in FP32 (per head where given H)."""
+    heads, (q, kt, vt) = _heads(q, kt, vt)
+    k = _kernels(_checked(q, kt.shape[2]))
+    h, m, d = q.shape
     o = torch.empty_like(q)
-    lse = torch.empty(m, dtype=torch.float32, device=q.device)
+    lse = torch.empty(h, m, dtype=torch.float32, device=q.device)
     with numpy_quiet():
-        k.fwd[(triton.cdiv(m, BLOCK_M),)](q, kt, vt, o, lse, m, n, 1 / math.sqrt(d), D=d, BLOCK_M_=BLOCK_M,
-                                          BLOCK_N_=BLOCK_N, CAUSAL=causal)
-    return {"o": o, "lse": lse.unsqueeze(1)}
+        k.fwd[(triton.cdiv(m, BLOCK_M), h)](q, kt, vt, o, lse, m, kt.shape[2], 1 / math.sqrt(d), D=d,
+                                            BLOCK_M_=BLOCK_M, BLOCK_N_=BLOCK_N, CAUSAL=causal)
+    out = {"o": o, "lse": lse.unsqueeze(-1)}
+    return out if heads else {name: t[0] for name, t in out.items()}
 
 
 def numpy_quiet():
@@ -205,13 +232,15 @@ def numpy_quiet():
     return numpy.errstate(all="ignore")
 
 
-def _launch(k, q, kt, vt, do, o, lse, m, n, d, causal):
+def _launch(k, q, kt, vt, do, o, lse, causal):
+    h, m, d = q.shape
+    n = kt.shape[2]
     scale = 1 / math.sqrt(d)
-    k.fwd[(triton.cdiv(m, BLOCK_M),)](q, kt, vt, o, lse, m, n, scale, D=d, BLOCK_M_=BLOCK_M, BLOCK_N_=BLOCK_N,
-                                      CAUSAL=causal)
+    k.fwd[(triton.cdiv(m, BLOCK_M), h)](q, kt, vt, o, lse, m, n, scale, D=d, BLOCK_M_=BLOCK_M, BLOCK_N_=BLOCK_N,
+                                        CAUSAL=causal)
     delta = (do.float() * o.float()).sum(-1)
-    dq = torch.zeros(m, d, dtype=torch.float32, device=q.device)
+    dq = torch.zeros(h, m, d, dtype=torch.float32, device=q.device)
     dkt, dvt = torch.empty_like(kt), torch.empty_like(vt)
-    k.bwd[(triton.cdiv(n, BLOCK_N),)](q, kt, vt, do, lse, delta, dq, dkt, dvt, m, n, scale, D=d,
-                                      BLOCK_M_=BLOCK_M, BLOCK_N_=BLOCK_N, CAUSAL=causal)
+    k.bwd[(triton.cdiv(n, BLOCK_N), h)](q, kt, vt, do, lse, delta, dq, dkt, dvt, m, n, scale, D=d,
+                                        BLOCK_M_=BLOCK_M, BLOCK_N_=BLOCK_N, CAUSAL=causal)
     return {"o": o, "dq": dq.to(torch.bfloat16), "dkt": dkt, "dvt": dvt}

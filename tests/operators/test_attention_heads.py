@@ -18,7 +18,8 @@ from kernels.runner import run_backend
 from operators.attention import flash, mutants
 from tests.operators.matrix_run import in_process, verdicts
 
-NAMES = ("attention_heads", "attention_heads_causal")
+NAMES = ("attention_heads", "attention_heads_causal", "attention_forward_heads", "attention_forward_heads_causal")
+KILLS = {**mutants.HEAD_KILLS, **mutants.FORWARD_HEAD_KILLS}
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -42,9 +43,9 @@ def test_correct_backends_pass_every_head_of_the_quick_cases(quick):
             assert set(cells[(name, spec.id)].values()) == {"pass"}, (name, spec.id, cells[(name, spec.id)])
 
 
-@pytest.mark.parametrize("name", sorted(mutants.HEAD_KILLS))
+@pytest.mark.parametrize("name", sorted(KILLS))
 def test_each_kernel_that_crosses_heads_fails_its_named_output(name):
-    output, (op_name, case) = mutants.HEAD_KILLS[name]
+    output, (op_name, case) = KILLS[name]
     op = operators.get(op_name)
     spec = parse_case(op, case)
     wrong = resolve(op, f"operators.attention.mutants:{name}")
@@ -111,3 +112,22 @@ def test_a_one_head_kernel_runs_head_by_head_on_heads_and_as_it_is_on_one():
     for h in range(2):
         one = run(**{n: t[h] for n, t in inputs.items()})
         assert all(torch.equal(both[o][h], one[o]) for o in one)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_triton_kernel_launches_over_every_head_as_one_launch_per_head_does(causal, monkeypatch):
+    """One launch over H heads (a program per block and head, offset by the head's stride) gives
+    the bits of H one-head launches: forward and backward, and the forward alone."""
+    pytest.importorskip("triton", reason="the triton-flash backend needs triton (pip install -e '.[triton]')")
+    from operators.attention import triton_flash
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    op = operators.get("attention_heads_causal" if causal else "attention_heads")
+    inputs = make_inputs(parse_case(op, "129,64,3,unit" if causal else "129,127,64,3,unit"))
+    both = triton_flash.run(**inputs, causal=causal)
+    forward = triton_flash.run_forward(inputs["q"], inputs["kt"], inputs["vt"], causal=causal)
+    assert tuple(forward["lse"].shape) == (3, 129, 1)
+    for h in range(3):
+        one = triton_flash.run(**{n: t[h] for n, t in inputs.items()}, causal=causal)
+        assert all(torch.equal(both[o][h], one[o]) for o in one), h
+        alone = triton_flash.run_forward(inputs["q"][h], inputs["kt"][h], inputs["vt"][h], causal=causal)
+        assert all(torch.equal(forward[o][h], alone[o]) for o in alone), h
