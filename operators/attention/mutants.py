@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from contract.heads import head_by_head
 from operators.attention import flash
 from operators.attention.flash import BF16, Flash
 
@@ -116,10 +117,8 @@ FORWARD_HEAD_KILLS = {
 }
 
 
-def _forward_heads(q, kt, vt, *, causal) -> dict[str, torch.Tensor]:
-    heads = [flash.forward(q[h], kt[h], vt[h], causal=causal if isinstance(causal, bool) else causal(h))
-             for h in range(q.shape[0])]
-    return {name: torch.stack([out[name] for out in heads]) for name in heads[0]}
+def _forward_heads(q, kt, vt, *, causal: bool) -> dict[str, torch.Tensor]:
+    return head_by_head(lambda *, q, kt, vt: flash.forward(q, kt, vt, causal=causal))(q=q, kt=kt, vt=vt)
 
 
 def forward_heads_first_head_lse(*, q, kt, vt):
@@ -137,12 +136,13 @@ def forward_heads_first_head_keys(*, q, kt, vt):
 
 def forward_heads_causal_mask_flat_rows(*, q, kt, vt):
     """The causal mask on the flattened [H * M] row: heads after the first see every key."""
-    return _forward_heads(q, kt, vt, causal=lambda h: h == 0)
+    first = _forward_heads(q[:1], kt[:1], vt[:1], causal=True)
+    rest = _forward_heads(q[1:], kt[1:], vt[1:], causal=False)
+    return {name: torch.cat([first[name], rest[name]]) for name in first}
 
 
 def _flash_heads(q, kt, vt, do, *, causal: bool) -> dict[str, torch.Tensor]:
-    heads = [flash.run(q[h], kt[h], vt[h], do[h], causal=causal) for h in range(q.shape[0])]
-    return {name: torch.stack([out[name] for out in heads]) for name in heads[0]}
+    return head_by_head(lambda *, q, kt, vt, do: flash.run(q, kt, vt, do, causal=causal))(q=q, kt=kt, vt=vt, do=do)
 
 
 def first_head_keys(*, q, kt, vt, do):
@@ -190,8 +190,9 @@ def backward_next_head_do(*, q, kt, vt, do):
 def causal_mask_flat_rows(*, q, kt, vt, do):
     """The causal mask compares the key's position with the query's row in the flattened [H * M]
     rows: head 0 is masked right, every later head's queries see every key."""
-    heads = [flash.run(q[h], kt[h], vt[h], do[h], causal=h == 0) for h in range(q.shape[0])]
-    return {name: torch.stack([out[name] for out in heads]) for name in heads[0]}
+    first = _flash_heads(q[:1], kt[:1], vt[:1], do[:1], causal=True)
+    rest = _flash_heads(q[1:], kt[1:], vt[1:], do[1:], causal=False)
+    return {name: torch.cat([first[name], rest[name]]) for name in first}
 
 
 def forward_kernel_path(bug: str, operator: str) -> str:

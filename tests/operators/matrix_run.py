@@ -55,3 +55,27 @@ def verdicts(records: list[dict]) -> dict[tuple[str, str], dict[str, str]]:
         if r.get("golden") == "reference":
             out.setdefault((r["backend"], r["case"]), {})[r["output"]] = r["status"]
     return out
+
+
+def interpreted_defaults(op, cases) -> dict[tuple[str, str], dict[str, str]]:
+    """The verdicts of every default backend of ``op`` at ``cases``, the Triton kernel in triton's
+    interpreter (a skip saying why without triton)."""
+    import pytest
+    pytest.importorskip("triton", reason="the triton-flash backend needs triton (pip install -e '.[triton]')")
+    from kernels.registry import resolve
+    backends = [resolve(op, n) for n in op.default_backends]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_INTERPRET", "1")
+        return verdicts(in_process(cases, backends))
+
+
+def wrong_and_right(op_name: str, case: str, wrong_path: str, right: str = "flash-emulation") -> tuple[dict, dict]:
+    """The output verdicts of the wrong kernel ``wrong_path`` and of the correct backend ``right``
+    at one case (the operator's sizes and scale, as ``--case`` takes them)."""
+    from cases.matrix import parse_case
+    from kernels.registry import resolve
+    op = operators.get(op_name)
+    spec = parse_case(op, case)
+    wrong, good = resolve(op, wrong_path), resolve(op, right)
+    cells = verdicts(in_process([spec], [wrong, good]))
+    return cells[(wrong.name, spec.id)], cells[(good.name, spec.id)]

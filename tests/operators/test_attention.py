@@ -15,7 +15,7 @@ from cases.spec import CaseSpec, make_inputs
 from goldens.layers import bf16_faithful, fp64_ideal, tiled_emulation
 from kernels.registry import resolve
 from operators.attention import flash, mutants
-from tests.operators.matrix_run import in_process, verdicts
+from tests.operators.matrix_run import in_process, interpreted_defaults, verdicts, wrong_and_right
 
 NAMES = ("attention", "attention_causal")
 FORWARD_NAMES = ("attention_forward", "attention_forward_causal")
@@ -25,13 +25,9 @@ FORWARD_NAMES = ("attention_forward", "attention_forward_causal")
 def quick(request):
     """Every default backend at the quick profile's cases up to M = 257, the Triton kernel in
     triton's interpreter."""
-    pytest.importorskip("triton", reason="the triton-flash backend needs triton (pip install -e '.[triton]')")
     op = operators.get(request.param)
     cases = [c for c in quick_cases(op) if c.sizes[0] <= 257]
-    backends = [resolve(op, n) for n in op.default_backends]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_INTERPRET", "1")
-        return op, cases, verdicts(in_process(cases, backends))
+    return op, cases, interpreted_defaults(op, cases)
 
 
 def test_correct_backends_pass_the_small_quick_cases(quick):
@@ -45,13 +41,8 @@ def test_correct_backends_pass_the_small_quick_cases(quick):
 @pytest.mark.parametrize("name", sorted(mutants.KILLS))
 def test_each_wrong_kernel_fails_its_named_output(name):
     output, (op_name, case) = mutants.KILLS[name]
-    op = operators.get(op_name)
-    spec = parse_case(op, case)
-    wrong = resolve(op, f"operators.attention.mutants:{name}")
-    right = resolve(op, "flash-emulation")
-    cells = verdicts(in_process([spec], [wrong, right]))
-    assert cells[(wrong.name, spec.id)][output] == "fail", cells[(wrong.name, spec.id)]
-    assert set(cells[(right.name, spec.id)].values()) == {"pass"}, cells[(right.name, spec.id)]
+    wrong, right = wrong_and_right(op_name, case, f"operators.attention.mutants:{name}")
+    assert wrong[output] == "fail" and set(right.values()) == {"pass"}, (wrong, right)
 
 
 @pytest.mark.parametrize("name", sorted(mutants.FORWARD_KILLS))
@@ -59,13 +50,8 @@ def test_each_wrong_forward_kernel_fails_its_named_output(name):
     """The forward operators' zoo: among them two kernels whose O is right and whose LSE, returned
     in FP32, is not the FP32 statistic (rounded through BF16; in base 2)."""
     output, (op_name, case) = mutants.FORWARD_KILLS[name]
-    op = operators.get(op_name)
-    spec = parse_case(op, case)
-    wrong = resolve(op, mutants.forward_kernel_path(name, op_name))
-    right = resolve(op, "flash-emulation")
-    cells = verdicts(in_process([spec], [wrong, right]))
-    assert cells[(wrong.name, spec.id)][output] == "fail", cells[(wrong.name, spec.id)]
-    assert set(cells[(right.name, spec.id)].values()) == {"pass"}, cells[(right.name, spec.id)]
+    wrong, right = wrong_and_right(op_name, case, mutants.forward_kernel_path(name, op_name))
+    assert wrong[output] == "fail" and set(right.values()) == {"pass"}, (wrong, right)
 
 
 def test_an_lse_returned_in_bf16_is_refused_by_the_contract_naming_its_dtype():

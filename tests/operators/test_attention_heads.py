@@ -16,7 +16,7 @@ from contract.heads import head_by_head
 from kernels.registry import resolve
 from kernels.runner import run_backend
 from operators.attention import flash, mutants
-from tests.operators.matrix_run import in_process, verdicts
+from tests.operators.matrix_run import interpreted_defaults, wrong_and_right
 
 NAMES = ("attention_heads", "attention_heads_causal", "attention_forward_heads", "attention_forward_heads_causal")
 KILLS = {**mutants.HEAD_KILLS, **mutants.FORWARD_HEAD_KILLS}
@@ -26,13 +26,9 @@ KILLS = {**mutants.HEAD_KILLS, **mutants.FORWARD_HEAD_KILLS}
 def quick(request):
     """Every default backend at the quick profile's cases of at most 3 heads, the Triton kernel in
     triton's interpreter."""
-    pytest.importorskip("triton", reason="the triton-flash backend needs triton (pip install -e '.[triton]')")
     op = operators.get(request.param)
     cases = [c for c in quick_cases(op) if c.sizes[-1] <= 3]
-    backends = [resolve(op, n) for n in op.default_backends]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_INTERPRET", "1")
-        return op, cases, verdicts(in_process(cases, backends))
+    return op, cases, interpreted_defaults(op, cases)
 
 
 def test_correct_backends_pass_every_head_of_the_quick_cases(quick):
@@ -46,13 +42,8 @@ def test_correct_backends_pass_every_head_of_the_quick_cases(quick):
 @pytest.mark.parametrize("name", sorted(KILLS))
 def test_each_kernel_that_crosses_heads_fails_its_named_output(name):
     output, (op_name, case) = KILLS[name]
-    op = operators.get(op_name)
-    spec = parse_case(op, case)
-    wrong = resolve(op, f"operators.attention.mutants:{name}")
-    right = resolve(op, "flash-emulation")
-    cells = verdicts(in_process([spec], [wrong, right]))
-    assert cells[(wrong.name, spec.id)][output] == "fail", cells[(wrong.name, spec.id)]
-    assert set(cells[(right.name, spec.id)].values()) == {"pass"}, cells[(right.name, spec.id)]
+    wrong, right = wrong_and_right(op_name, case, f"operators.attention.mutants:{name}")
+    assert wrong[output] == "fail" and set(right.values()) == {"pass"}, (wrong, right)
 
 
 def _compared(op_name: str, case: str, *backends: str):
