@@ -35,6 +35,14 @@ class Verdict:
     own_passed: bool | None = None          # downstream outputs consistent with its own upstream ones
     localized_passed: bool | None = None    # the fitted scale of every row and column window (``accuracy.localized``)
     variance_passed: bool | None = None     # the errors' mean square within a correct kernel's variance
+    # an operator over heads: the fitted scale pooled over every head (``accuracy.heads``)
+    heads_scale_passed: bool | None = None
+
+    @property
+    def fails_on_its_own(self) -> bool:
+        """Failed by a test of this output alone, not only by the heads' pooled fitted scale."""
+        return not all(x is not False for x in (self.elementwise_passed, self.scale_passed, self.direction_passed,
+                                                self.own_passed, self.localized_passed, self.variance_passed))
 
 
 def _idx(index) -> str:
@@ -171,8 +179,10 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
     scale_ok, direction_ok = aggregate_checks(metrics)
     windows_ok, variance_ok = localized_checks(metrics)
     own_ok = None if own is None else own["mismatches"] == 0
+    pooled = metrics.get("heads_scale")
+    heads_ok = None if pooled is None else pooled["passed"]
     passed = (elementwise_ok and scale_ok is not False and direction_ok is not False and own_ok is not False
-              and windows_ok is not False and variance_ok is not False)
+              and windows_ok is not False and variance_ok is not False and heads_ok is not False)
     n = metrics["numel"]
     atol, eff, rtol = metrics["atol"], metrics["atol_effective"], metrics["rtol"]
     tol_text = f"rtol {rtol:.6g}, atol {atol:.6g}"
@@ -194,6 +204,12 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
             lines += _aggregate_lines(metrics["aggregate"], scale_ok, direction_ok, metrics)
         if windows_ok is False or variance_ok is False:
             lines += _localized_lines(metrics["aggregate"]["localized"], windows_ok, variance_ok, output)
+        if heads_ok is False:
+            lines.append(f"Fitted scale pooled over the {pooled['heads']} heads: kernel = (1 "
+                         f"{'+' if pooled['beta'] >= 0 else '-'} {abs(pooled['beta']):.3g}) x FP64 (allowed +-"
+                         f"{pooled['allowed']:.3g}: 7.5 sigma of the pooled noise {pooled['sigma']:.3g} plus the heads' "
+                         f"rounding bias {pooled['bias']:.3g}): the heads lean the same way, a bias common to them "
+                         f"(a scale, a constant, an input staged at a lower precision) too small to fail one head")
         if own_ok is False:
             lines += _own_lines(own, output, operator)
         if own_set_aside:
@@ -238,7 +254,7 @@ def verdict(output: str, golden: str, metrics: Mapping, *, case: str = "?", back
                         if metrics.get("aggregate") else ""))
     return Verdict(output, golden, passed, bool(metrics["zero_passes_seed_gate"]),
                    bool(metrics["atol_capped"]), "\n".join(lines), elementwise_ok, scale_ok, direction_ok, own_ok,
-                   windows_ok, variance_ok)
+                   windows_ok, variance_ok, heads_ok)
 
 
 def gated_verdicts(operator: Operator, backend_metrics: Mapping, *, case: str, backend: str,

@@ -143,8 +143,10 @@ METRICS = (
     Metric("head", "the head this record is of (0 first), where the operator has heads; its indices lead with it",
            forms=(OF_A_HEAD,)),
     Metric("heads", "the case's head count, where the operator has heads", forms=(OF_A_HEAD,)),
-    Metric("failing_heads", "the heads whose verdict fails this output (0 first), where the operator has heads",
+    Metric("failing_heads", "the heads that fail this output on their own (0 first), where the operator has heads",
            forms=(OF_A_HEAD,)),
+    Metric("heads_scale", "the fitted scale pooled over the heads (heads, beta, sigma, bias, allowed, passed; "
+                          "accuracy.heads.pooled_scale), where the operator has heads", forms=(OF_A_HEAD,)),
 )
 
 # ``metrics.aggregate`` (``ErrorStats._aggregate_result``); the direction keys are None where the

@@ -122,3 +122,53 @@ def test_the_triton_kernel_launches_over_every_head_as_one_launch_per_head_does(
         assert all(torch.equal(both[o][h], one[o]) for o in one), h
         alone = triton_flash.run_forward(inputs["q"][h], inputs["kt"][h], inputs["vt"][h], causal=causal)
         assert all(torch.equal(forward[o][h], alone[o]) for o in alone), h
+
+
+def _fp32_with_values_scaled(q, kt, vt, do, factor: float):
+    from torch.nn.attention import SDPBackend
+    from operators.attention.backends import sdpa
+    return sdpa(q.float(), kt.float(), vt.float() * factor, do.float(), causal=False, dtype=torch.float32,
+                backend=SDPBackend.MATH)
+
+
+def values_scaled_in_every_head(*, q, kt, vt, do):
+    """FP32 math with every head's V scaled by 1 + 3e-4, each output stored once in BF16."""
+    return _fp32_with_values_scaled(q, kt, vt, do, 1 + 3e-4)
+
+
+def values_in_fp32(*, q, kt, vt, do):
+    """The same FP32 math, V as given: correct."""
+    return _fp32_with_values_scaled(q, kt, vt, do, 1.0)
+
+
+def test_a_bias_every_head_shares_fails_by_the_pooled_fitted_scale_though_no_head_fails_alone():
+    """V scaled by 1 + 3e-4 in all 8 heads: under one head's fitted-scale floor (4.7e-4 at
+    M = N = 257, D = 128), above the pooled one (sigma / sqrt(8) plus the heads' bias bound)."""
+    here = "tests.operators.test_attention_heads"
+    heads, _, _ = _compared("attention_heads", "257,257,128,8,unit", f"{here}:values_scaled_in_every_head",
+                            f"{here}:values_in_fp32")
+    wrong, right = f"{here}:values_scaled_in_every_head", f"{here}:values_in_fp32"
+    v = heads.verdicts[wrong]["o"]
+    m = heads.comparison["backends"][wrong]["o"]["reference"]
+    assert not v.passed and not v.fails_on_its_own and v.heads_scale_passed is False
+    assert m["failing_heads"] == [] and not m["heads_scale"]["passed"]
+    assert abs(m["heads_scale"]["beta"] - 3e-4) < 3e-5
+    assert all(abs(c["backends"][wrong]["o"]["reference"]["aggregate"]["scale_beta"])
+               <= c["backends"][wrong]["o"]["reference"]["aggregate"]["scale_allowed"] for c in heads.per_head)
+    assert "Fitted scale pooled over the 8 heads" in v.message and "none on its own" in v.message
+    assert all(x.passed for x in heads.verdicts[right].values())
+    assert all(heads.comparison["backends"][right][o]["reference"]["heads_scale"]["passed"] for o in ("o", "dq"))
+
+
+def test_the_pooled_scale_weights_each_head_by_its_inverse_noise_variance():
+    from accuracy.heads import pooled_scale
+
+    def gated(beta, sigma, bias):
+        return {"aggregate": {"scale_beta": beta, "scale_sigma": sigma, "scale_bias": bias}}
+    p = pooled_scale([gated(2e-3, 1e-4, 1e-5), gated(-1e-3, 2e-4, 3e-5)])
+    # weights 1e8 and 2.5e7: beta (2e-3 * 1e8 - 1e-3 * 2.5e7) / 1.25e8 = 1.4e-3, above 7.5 x 8.9e-5 + 1.4e-5
+    assert p["beta"] == pytest.approx(1.4e-3) and p["sigma"] == pytest.approx(1.25e8 ** -0.5)
+    assert p["bias"] == pytest.approx(1.4e-5) and p["allowed"] == pytest.approx(7.5 * 1.25e8 ** -0.5 + 1.4e-5)
+    assert p["passed"] is False and p["heads"] == 2
+    assert pooled_scale([gated(1e-3, 0.0, 0.0), gated(0.0, 1e-4, 0.0)]) is None     # an exact head decides alone
+    assert pooled_scale([gated(1e-3, 1e-4, 0.0)]) is None                         # one head: its own test
