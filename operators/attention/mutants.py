@@ -103,7 +103,7 @@ FORWARD_KILLS = {
 HEAD_KILLS = {
     "first_head_keys": ("o", ("attention_heads", "129,129,64,3,unit")),
     "heads_swapped_with_rows": ("o", ("attention_heads", "129,129,64,3,unit")),
-    "last_head_previous_values": ("o", ("attention_heads", "257,257,128,8,unit")),
+    "last_head_previous_values": ("o", ("attention_heads", "129,129,64,8,unit")),
     "dkdv_summed_over_heads": ("dkt", ("attention_heads", "129,129,64,3,unit")),
     "backward_next_head_do": ("dq", ("attention_heads", "129,129,64,3,unit")),
     "causal_mask_flat_rows": ("o", ("attention_heads_causal", "129,64,3,unit")),
