@@ -61,6 +61,7 @@ from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps,
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
 from contract.operator import ChunkGolden, OutputDecl
 from goldens.blocks import REDUCTION_BLOCK
+from goldens.heap import PIECE_GROWTH_LIMIT, release_fragments
 from goldens.rounding import round_to
 from goldens.schedule_data import Schedules
 from goldens.stream import GoldenPass
@@ -350,9 +351,15 @@ class DerivedTermSums(ReductionTermSums):
 
     def add_path_operand(self, output: str, path: str, part: torch.Tensor) -> None:
         """A path's operand errors of some rows summed over them (``operand_error_sum``); ``part``
-        may be shared with other paths whose operand is the same, so it is never added to in place."""
+        may be shared with other paths whose operand is the same, so each path's sum starts as its
+        own copy and the later parts are added to it in place (attention at N = 32768 adds a
+        [128, 32768] FP64 part per path and output each 16 queries: a new sum each time was 12
+        fresh 32 MiB mappings a piece)."""
         sums = self._err_sums.setdefault(output, {})
-        sums[path] = sums[path] + part if path in sums else part
+        if path in sums:
+            sums[path] += part
+        else:
+            sums[path] = part.clone()
 
     def note_reach(self, output: str, points: set[str], rescaled: set[str]) -> None:
         """The points whose roundings reach ``output`` (from its rounding model) and those a kernel
@@ -679,6 +686,8 @@ class _Golden(_Frozen):
                 lhs0, rhs0 = operands.get(o, (None, None))
                 operands[o] = (None if lhs is None else _rows_into(lhs0, lhs, a, count), _rows_into(rhs0, rhs, a, count))
             pieces.append(piece)
+            if step < count:
+                release_fragments(PIECE_GROWTH_LIMIT)   # the piece's buffers are free (goldens.heap: why)
         out = {o: round_to(v, plan.rounding(o)) for o, v in values.items()} if want_rows else {}
         row_terms = None
         if terms is not None:
