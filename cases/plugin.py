@@ -34,7 +34,7 @@ from cases.scheduling import CaseScheduling, add_group_suffixes, cell_param
 from cases.matrix import planned_cases as plan
 from cases.shards import assignment
 from cases.spec import InputsFileError
-from cases.summary import cell_verdicts, summary_lines
+from runs.summary import cell_verdicts, summary_lines
 from kernels.isolated import ChildStartError, check_import
 from kernels.sealed_state import FRAMEWORK_PACKAGES
 from kernels.registry import BackendNotFound, current_path, resolve
@@ -528,7 +528,7 @@ def shard_assignment(config, case_ids) -> dict[str, int] | None:
 
 
 FAILED_CELLS = pytest.StashKey[object]()
-# a cell's statuses (its worst output's, ``cases.summary.cell_verdicts``) that --failed-only reruns
+# a cell's statuses (its worst output's, ``runs.summary.cell_verdicts``) that --failed-only reruns
 NOT_PASSED = ("fail", "error", "unexpected_pass", "crashed", "timed_out")
 
 
@@ -835,7 +835,7 @@ def pytest_sessionfinish(session, exitstatus):
     config.stash[MERGED] = (folder / "results.json", merged["missing"], merged["unreadable_shards"])
     config.stash[SUMMARY] = summary_lines(merged["records"],
                                           (run_manifest(config).get("selection") or {}).get("case_operators"),
-                                          {operators.key(op): acceptance_case(op).id for op in run_operators(config)},
+                                          {operators.key(op): op.acceptance_case_id for op in run_operators(config) if op.acceptance_case},
                                           _run_studies(folder))
     if merged["missing"] or merged["unreadable_shards"]:
         session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))

@@ -18,6 +18,7 @@ import torch
 import operators
 from contract.backend import ContractError, validate_inputs
 from contract.operator import Operator
+from contract.records import case_id
 
 
 @dataclass(frozen=True, init=False)
@@ -79,8 +80,8 @@ class CaseSpec:
         return dict(zip(self.declaration.dims, self.sizes))
 
     @property
-    def id(self) -> str:       # parsed back by contract.records.CASE_ID
-        return "-".join(f"{d}{v}" for d, v in self.dim_sizes.items()) + f"-{self.scale}-s{self.seed}"
+    def id(self) -> str:
+        return case_id(self.dim_sizes, self.scale, self.seed)
 
     def asdict(self) -> dict:
         d = {**{dim.lower(): v for dim, v in self.dim_sizes.items()}, "scale": self.scale, "seed": self.seed}

@@ -20,6 +20,8 @@ from types import MappingProxyType
 
 import torch
 
+from contract.records import case_id
+
 OUTPUT_KINDS = ("rows", "sum_over_m", "contraction")
 # an operator's mappings, held as read-only copies
 MAPPING_FIELDS = ("scales", "backends", "sizes_from")
@@ -130,6 +132,14 @@ class Operator:
         """The operator each head is an instance of (itself where it has no heads): its goldens judge
         a head, and its drift studies are those of the operator over heads."""
         return self.per_head or self
+
+    @property
+    def acceptance_case_id(self) -> str | None:
+        """The id of the case its acceptance criterion names (the cases' ``CaseSpec.id``); None without one."""
+        if not self.acceptance_case:
+            return None
+        *sizes, scale, seed = self.acceptance_case
+        return case_id(dict(zip(self.dims, sizes)), scale, seed)
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -24,6 +24,12 @@ CASE_ID = re.compile(r"^(?P<sizes>(?:[A-Z]+\d+-)+)(?P<scale>[^-]+)-s(?P<seed>\d+
 _SIZE = re.compile(r"([A-Z]+)(\d+)-")
 
 
+def case_id(sizes: Mapping[str, int], scale: str, seed: int) -> str:
+    """A case's id from its dimension sizes by name (in the operator's order), scale and seed:
+    ``M2048-K96-N200-unit-s0``; ``parse`` reads it back."""
+    return "-".join(f"{d}{v}" for d, v in sizes.items()) + f"-{scale}-s{seed}"
+
+
 def parse(case_id: str) -> tuple[dict[str, int], str, int] | None:
     """(dimension sizes by name, scale, seed) of a case id; None if it is not one."""
     match = CASE_ID.match(case_id)

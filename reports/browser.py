@@ -52,6 +52,7 @@ class PageCheck:
     title: str = ""
     screenshot: str | None = None
     page_height: int = 0
+    boxes: dict = field(default_factory=dict)         # element id -> {"top", "bottom", "text"} (CSS pixels)
 
     @property
     def broken_images(self) -> list:
@@ -132,6 +133,14 @@ class _Pipe:
                 self.cond.wait(left)
 
 
+_BOXES_JS = """Object.fromEntries(%s.map((id) => {
+  const e = document.getElementById(id);
+  if (!e) return [id, null];
+  const r = e.getBoundingClientRect();
+  return [id, {top: r.top, bottom: r.bottom, text: e.innerText}];
+}).filter(([, v]) => v !== null))"""
+
+
 def _high_fd(fd: int) -> int:
     new = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
     os.close(fd)
@@ -148,8 +157,9 @@ _IMAGES_JS = """Promise.all(Array.from(document.images).map(async (img) => {
 
 def check_page(html: str | os.PathLike, *, screenshot: str | os.PathLike | None = None, chromium: str | None = None,
                width: int = 1400, height: int = 1000, full_page_screenshot: str | os.PathLike | None = None,
-               timeout: float = 60.0) -> PageCheck:
-    """Load ``html`` (a local file) in headless Chromium; see the module docstring."""
+               timeout: float = 60.0, boxes: tuple[str, ...] = ()) -> PageCheck:
+    """Load ``html`` (a local file) in headless Chromium; see the module docstring. ``boxes``: ids
+    of elements whose place on the loaded page and shown text to return (what the first screen holds)."""
     chromium = chromium or find_chromium()
     if not chromium:
         raise BrowserError("chromium is not installed (apt-get install -y chromium)")
@@ -189,6 +199,9 @@ def check_page(html: str | os.PathLike, *, screenshot: str | os.PathLike | None 
         result.page_height = int(pipe.send("Runtime.evaluate", {
             "expression": "document.documentElement.scrollHeight", "returnByValue": True},
             session=session)["result"].get("value", 0))
+        if boxes:
+            result.boxes = pipe.send("Runtime.evaluate", {"expression": _BOXES_JS % json.dumps(list(boxes)),
+                                                          "returnByValue": True}, session=session)["result"].get("value") or {}
         if screenshot is not None:
             shot = pipe.send("Page.captureScreenshot", {"format": "png"}, session=session, timeout=timeout)
             Path(screenshot).write_bytes(base64.b64decode(shot["data"]))

@@ -7,6 +7,7 @@ from reports.panels import (
     details,
     drift_study,
     drift_vs_m,
+    findings,
     dual,
     loop_drift,
     matrix,
@@ -19,6 +20,7 @@ from reports.panels import (
 )
 
 PANELS = (
+    findings.PANEL,
     summary.PANEL,
     matrix.PANEL,
     skipped.PANEL,

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from cases.save_failing import FAILING, SAVED_OUTPUTS_BACKEND, SAVED_OUTPUTS_DIR, cell_folder, saved_outputs
 from cases.spec import CaseSpec, make_inputs
-from cases.summary import cell_verdicts
+from runs.summary import cell_verdicts
 from operators.swiglu_backward import OPERATOR as SWIGLU
 from runs.record_diff import diff_records
 

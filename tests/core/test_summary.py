@@ -1,7 +1,7 @@
 """The one-screen summary reads the merged records: a cell is as bad as its worst output."""
 from __future__ import annotations
 
-from cases.summary import backend_lines, cell_verdicts, slowest_line, summary_lines, vacuity_line
+from runs.summary import backend_lines, cell_verdicts, slowest_line, summary_lines, vacuity_line
 
 
 def _rec(case, backend, output, status, *, gated=True, vacuous=False, seconds=1.0):

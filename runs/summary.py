@@ -41,9 +41,9 @@ def backend_lines(records: Iterable[Mapping]) -> list[str]:
     return lines
 
 
-def acceptance_lines(records: Iterable[Mapping], case_id: str) -> list[str]:
-    """At the operator's acceptance case, each backend's outputs by verdict: the run's headline
-    (the reference schedules' emulations beside the kernels)."""
+def acceptance_outputs(records: Iterable[Mapping], case_id: str) -> dict[str, dict[str, list[str]]]:
+    """At the case ``case_id``: backend -> status -> its outputs with that verdict (a cell that did
+    not run: its status -> the first line of its message)."""
     outputs: dict[str, dict[str, list[str]]] = {}
     for r in typed(records):
         if r.case != case_id or r.is_golden:
@@ -53,20 +53,29 @@ def acceptance_lines(records: Iterable[Mapping], case_id: str) -> list[str]:
         elif r.output == "*" and r.status in CELL_ORDER:   # the cell did not run
             why = str(r.message).splitlines()[0] if r.message else ""
             outputs.setdefault(r.backend, {})[r.status] = [why] if why else []
+    return outputs
+
+
+def verdict_parts(by_status: Mapping[str, list[str]]) -> list[tuple[str, str, list[str]]]:
+    """One backend's outputs at a case as (status, label, names), worst first, the passing last."""
+    if set(by_status) == {"pass"}:
+        return [("pass", f"passed all {len(by_status['pass'])} outputs", [])]
+    parts = [(s, LABELS[s], by_status[s]) for s in CELL_ORDER if s in by_status and s != "pass"]
+    if "pass" in by_status:
+        parts.append(("pass", "passed", by_status["pass"]))
+    return parts
+
+
+def acceptance_lines(records: Iterable[Mapping], case_id: str) -> list[str]:
+    """At the operator's acceptance case, each backend's outputs by verdict: the run's headline
+    (the reference schedules' emulations beside the kernels)."""
+    outputs = acceptance_outputs(records, case_id)
     if not outputs:
         return []
     lines = [f"at the acceptance case {case_id}:"]
     for backend, by_status in outputs.items():
-        if set(by_status) == {"pass"}:
-            lines.append(f"  {backend}: passed all {len(by_status['pass'])} outputs")
-            continue
-        parts = []
-        for status in CELL_ORDER:
-            if status in by_status and status != "pass":
-                names = by_status[status]
-                parts.append(f"{LABELS[status]}" + (f" ({', '.join(names)})" if names else ""))
-        if "pass" in by_status:
-            parts.append(f"passed {', '.join(by_status['pass'])}")
+        parts = [label if not names else f"{label} {', '.join(names)}" if status == "pass"
+                 else f"{label} ({', '.join(names)})" for status, label, names in verdict_parts(by_status)]
         lines.append(f"  {backend}: {'; '.join(parts)}")
     return lines
 
