@@ -129,8 +129,9 @@ def compare_heads(operator: Operator, inputs: Mapping[str, torch.Tensor],
     for b in per_head[0]["backends"]:
         for o in operator.output_names:
             pooled = pooled_scale([c["backends"][b][o][golden[o]] for c in per_head])
-            for c in per_head if pooled is not None else ():
-                c["backends"][b][o][golden[o]]["heads_scale"] = pooled
+            if pooled is not None:
+                for c in per_head:
+                    c["backends"][b][o][golden[o]]["heads_scale"] = pooled
     verdicts = [{b: gated_verdicts(one, c["backends"][b], case=head_label(case, h, count), backend=b,
                                    attribution=c["attribution"].get(b)) for b in c["backends"]}
                 for h, c in enumerate(per_head)]

@@ -10,6 +10,14 @@ from reports.panels import Context, Panel
 from reports.panels.drift_study import drift_study
 
 
+# a skipped cell's reason is a paragraph; the block keeps its first words, the skipped cells' table all of it
+REASON_CHARS = 160
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS].rsplit(" ", 1)[0] + " ..."
+
+
 def findings(context: Context) -> dict:
     records = context.results.get("records") or []
     op = context.op
@@ -19,7 +27,7 @@ def findings(context: Context) -> dict:
     if case_id is not None:
         for backend, by_status in acceptance_outputs(records, case_id).items():
             rows.append({"backend": backend, "emulated": backend in emulated,
-                         "parts": [{"status": s.replace("_", "-"), "label": label, "names": names}
+                         "parts": [{"status": s.replace("_", "-"), "label": label, "names": [_short(n) for n in names]}
                                    for s, label, names in verdict_parts(by_status)]})
     study = drift_study(context)
     return {"case": case_id, "rows": rows, "drift": drift_line(study) if study else None,
