@@ -1,5 +1,5 @@
 """The run on one screen: per backend its cells by verdict, each backend's outputs at the
-operator's acceptance case, what the acceptance gate would miss, the slowest cell. Data from the merged records only; the plugin prints the lines."""
+operator's acceptance case, what the acceptance gate would miss, where the time went. Data from the merged records only; the plugin prints the lines."""
 from __future__ import annotations
 
 from collections import Counter
@@ -113,15 +113,24 @@ def vacuity_line(records: Iterable[Mapping]) -> str | None:
 
 
 def slowest_line(records: Iterable[Mapping]) -> str | None:
-    best = None
+    """Where the run's time went: the case whose goldens and comparison took longest (its golden
+    records' ``seconds``, one evaluation per case) and the slowest backend call."""
+    case, call = None, None
     for r in typed(records):
         seconds = r.seconds
-        if not r.is_golden and isinstance(seconds, (int, float)):
-            if best is None or seconds > best[0]:
-                best = (seconds, r.case, r.backend)
-    if best is None:
-        return None
-    return f"slowest backend call: {best[2]} at {best[1]}, {best[0]:.1f} s"
+        if not isinstance(seconds, (int, float)):
+            continue
+        if r.is_golden:
+            if case is None or seconds > case[0]:
+                case = (seconds, r.case)
+        elif call is None or seconds > call[0]:
+            call = (seconds, r.case, r.backend)
+    parts = []
+    if case is not None:
+        parts.append(f"slowest case: {case[1]}, goldens and comparison {case[0]:.1f} s")
+    if call is not None:
+        parts.append(f"slowest backend call: {call[2]} at {call[1]}, {call[0]:.1f} s")
+    return "; ".join(parts) or None
 
 
 def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | None = None,

@@ -35,7 +35,12 @@ def test_backend_lines_count_cells_not_records():
 def test_vacuity_and_slowest_lines():
     assert vacuity_line(RECORDS).startswith("acceptance gate (rtol 1/128, atol 1e-4) would pass all zeros: "
                                             "dg at 1/2 cases")
-    assert slowest_line(RECORDS) == "slowest backend call: torch-eager at A, 7.5 s"
+    # a golden record's seconds are its case's goldens and comparison; the largest case named
+    assert slowest_line(RECORDS) == "slowest case: A, goldens and comparison 99.0 s; slowest backend call: torch-eager at A, 7.5 s"
+    later = {**RECORDS[-1], "case": "B", "seconds": 130.25}
+    assert slowest_line(RECORDS + [later]).startswith("slowest case: B, goldens and comparison 130.2 s;")
+    assert slowest_line([r for r in RECORDS if not r["backend"].startswith("golden")]) == \
+        "slowest backend call: torch-eager at A, 7.5 s"
     assert len(summary_lines(RECORDS)) == 4
 
 
