@@ -286,7 +286,7 @@ def run(config: StudyConfig, progress=print) -> dict:
     # FP32 / FP64 math and exact BF16 casts only (no BF16 GEMM): the facts are recorded, not conditioned on
     platform = {"cpu": manifest.cpu(), "facts": platform_facts.measure(), "torch": torch.__version__}
     study = {"config": {**asdict(config), "schedules": list(names)}, "axes": axes_record(ax), "wall_s": wall,
-             "platform": platform, "processes": processes, "points": [asdict(p) for p in points],
+             "platform": platform, "code": manifest.code_version(), "processes": processes, "points": [asdict(p) for p in points],
              "summary": summarize(points, ax)}
     study["table"] = crossing_table(study)
     return study

@@ -201,7 +201,7 @@ def run(ns=NS, seeds=SEEDS, profiles=PROFILES, processes=0, progress=print, oper
              "queries": QUERIES, "head_dim": HEAD_DIM, "seeds": seeds, "kernels": list(KERNELS),
              "wall_s": time.perf_counter() - start, "processes": processes,
              "platform": {"cpu": manifest.cpu(), "facts": platform_facts.measure(), "torch": torch.__version__},
-             "points": points, "summary": summary}
+             "code": manifest.code_version(), "points": points, "summary": summary}
     study["table"] = crossing_table(summary, ["loop", *KERNELS])
     return study
 

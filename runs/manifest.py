@@ -65,6 +65,33 @@ def _version(dist: str) -> str | None:
         return None
 
 
+# the packages whose code makes a verdict's or a study's numbers (the backends' own files are
+# digested per backend, ``source_digest``)
+NUMBERS_PACKAGES = ("contract", "goldens", "runs", "accuracy", "kernels", "operators", "cases")
+_code_digest: str | None = None
+
+
+def code_digest() -> str:
+    """SHA-256 over the framework's Python files (``NUMBERS_PACKAGES``), by path: a drift study
+    and a run with the same digest ran the same code, committed or not (the commit alone misses
+    an edited tree)."""
+    global _code_digest
+    if _code_digest is None:
+        h = hashlib.sha256()
+        for package in NUMBERS_PACKAGES:
+            for path in sorted((REPO_ROOT / package).rglob("*.py")):
+                h.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
+        _code_digest = h.hexdigest()
+    return _code_digest
+
+
+def code_version() -> dict:
+    """The framework's commit, whether its tree was edited, and its code's digest."""
+    return {"commit": _git("rev-parse", "HEAD"),
+            "dirty": (lambda s: None if s is None else bool(s))(_git("status", "--porcelain", "--untracked-files=no")),
+            "digest": _safe(code_digest)}
+
+
 def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10)
@@ -164,9 +191,7 @@ def precision_flags() -> dict:
 def build(device: str = "cpu", facts: dict | None = None) -> dict:
     """The manifest of a run on ``device``; ``facts`` when already measured (else measured here)."""
     return {
-        "framework": {"name": "swiglu-accuracy", "version": _version("swiglu-accuracy"),
-                      "commit": _git("rev-parse", "HEAD"),
-                      "dirty": (lambda s: None if s is None else bool(s))(_git("status", "--porcelain", "--untracked-files=no"))},
+        "framework": {"name": "swiglu-accuracy", "version": _version("swiglu-accuracy"), **code_version()},
         "host": platform.node(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),

@@ -5,7 +5,7 @@ with ``--num-shards N --shard-id i`` (``cases/shards.py``) on some host. The mer
 records by cell and refuses, naming what is wrong:
 
 * manifests that disagree on what decides the plan or the verdict (``MUST_AGREE``: the
-  framework's version and commit, the profile, seeds, --case cases, backends, benchmark, gate, the -m / -k
+  framework's version, commit and code digest (an edited tree keeps its commit), the profile, seeds, --case cases, backends, benchmark, gate, the -m / -k
   selection, the shard count and the durations that balanced it);
 * shards missing from the set or present twice;
 * a cell recorded by two runs (duplicates);
@@ -26,7 +26,7 @@ from pathlib import Path
 from contract.records import REQUIRED, typed
 from runs.results import SCHEMA_VERSION, load_results, missing_cells, record_order, write_atomic
 
-MUST_AGREE = ("framework.version", "framework.commit", "selection.operator", "selection.profile", "selection.seeds",
+MUST_AGREE = ("framework.version", "framework.commit", "framework.digest", "selection.operator", "selection.profile", "selection.seeds",
               "selection.cases", "selection.inputs", "selection.backends", "selection.benchmark", "selection.gate", "selection.markexpr",
               "selection.keyword", "selection.shard.count", "selection.shard.durations")
 LISTED = 20      # at most this many duplicates / missing cells named in the message

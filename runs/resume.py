@@ -20,8 +20,9 @@ from runs.results import RUNS, ResultsNotFound, load_results, newest_run, to_jso
 CARRIED = "resumed"
 GOLDENS = "goldens"      # the cell name suffix of a case's golden records (``<case>--goldens``)
 # What decides the plan or the verdicts besides the selection (``cases.plugin.run_selection``,
-# compared key by key): the code that judged, and where it ran.
-MUST_MATCH = ("framework.version", "framework.commit", "framework.dirty", "device")
+# compared key by key): the code that judged (its digest: an edited tree keeps its commit and its
+# dirty flag), and where it ran.
+MUST_MATCH = ("framework.version", "framework.commit", "framework.dirty", "framework.digest", "device")
 NOT_COMPARED = frozenset({"resume"})    # a resumed run names its source; RUN named another or none
 SHOWN = 80      # characters of each differing value in the refusal
 

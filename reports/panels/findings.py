@@ -30,7 +30,8 @@ def findings(context: Context) -> dict:
                          "parts": [{"status": s.replace("_", "-"), "label": label, "names": [_short(n) for n in names]}
                                    for s, label, names in verdict_parts(by_status)]})
     study = drift_study(context)
-    return {"case": case_id, "rows": rows, "drift": drift_line(study) if study else None,
+    return {"case": case_id, "rows": rows, "drift": drift_line(study["study"]) if study else None,
+            "drift_stale": study["stale"] if study else None,
             "vacuity": vacuity_line(records)}
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import operators
 from reports.drift_study_figures import load_loop_study
 from reports.panels import Context, Panel, PlotJob
+from reports.study_code import code_mismatch
 from runs.results import DRIFT_STUDIES
 
 
@@ -20,13 +21,20 @@ def _folders(context: Context) -> list[Path]:
 
 
 def loop_drift(context: Context) -> dict | None:
+    """The first study of the page's operator that ran the run's code (``reports.study_code``);
+    where none did, the first, marked with why it may not be the run's."""
+    found = []
     for folder in _folders(context):
         study = load_loop_study(folder)
         if study is not None and study["operator"] == operators.key(context.op.one_head):
-            return {"study": study, "src": context.image("loop-drift"), "table": study["table"],
-                    "source": str(folder), "block": study["block"], "seeds": study["seeds"],
-                    "queries": study["queries"], "head_dim": study["head_dim"], "wall_s": study.get("wall_s")}
-    return None
+            found.append((folder, study, code_mismatch(study, context.results)))
+    if not found:
+        return None
+    folder, study, stale = next((f for f in found if f[2] is None), found[0])
+    return {"study": study, "src": context.image("loop-drift"), "table": study["table"],
+            "source": str(folder), "block": study["block"], "seeds": study["seeds"],
+            "queries": study["queries"], "head_dim": study["head_dim"], "wall_s": study.get("wall_s"),
+            "stale": stale}
 
 
 def plots(context: Context, data: dict | None) -> list[PlotJob]:

@@ -139,6 +139,17 @@ def test_an_unreadable_run_is_one_line_and_exit_4(tmp_path):
     assert proc.returncode == 4 and "--resume" in text and "Traceback" not in text, text[-2000:]
 
 
+def test_framework_code_edited_since_the_run_is_refused():
+    """A tree edited again after the run keeps its commit and its dirty flag: the code's digest
+    (``runs.manifest.code_version``) tells the two apart."""
+    from runs.manifest import code_version
+    from runs.resume import manifest_mismatch
+    now = {"framework": {"version": "1", **code_version()}, "device": "cpu", "selection": {"seeds": 1}}
+    assert manifest_mismatch(now, now) is None
+    before = {**now, "framework": {**now["framework"], "digest": "0" * 64}}
+    assert "its manifest differs on framework.digest: '0000" in manifest_mismatch(before, now)
+
+
 def test_a_kernel_edited_since_the_run_is_refused(tmp_path):
     """The backends' source files are part of what must match: records of a kernel's old code are
     never carried into a run of its new code."""

@@ -68,8 +68,9 @@ def test_pytest_shards_union_is_the_unsharded_collection():
 
 # --------------------------------------------------------------------------- merge
 
-def _run(tmp: Path, name: str, shard: int, count: int, cells, *, planned=None, host="h", **selection) -> Path:
-    manifest = {"framework": {"version": "1", "commit": "abc"}, "host": host, "device": "cpu",
+def _run(tmp: Path, name: str, shard: int, count: int, cells, *, planned=None, host="h", digest="d0",
+         **selection) -> Path:
+    manifest = {"framework": {"version": "1", "commit": "abc", "digest": digest}, "host": host, "device": "cpu",
                 "facts": {"fp32_keeps_subnormals": True},
                 "selection": {"profile": "quick", "seeds": 1, "backends": ["k"], "benchmark": None,
                               "gate": "absolute", "markexpr": "", "keyword": "",
@@ -97,6 +98,7 @@ def test_merge_unions_shards_and_keeps_each_host(tmp_path):
     ("missing-shard", "shard(s) 1 of 2 are not among the runs"),
     ("twice", "shard 0 of 2 appears twice"),
     ("manifest", "manifests disagree on selection.gate"),
+    ("edited", "manifests disagree on framework.digest"),      # the same commit, another tree
     ("never-ran", "1 planned cells never ran: case c9"),
     ("unplaced", "1 records lack a key that identifies them (case, backend, output, golden, status): records 1"),
 ])
@@ -110,6 +112,8 @@ def test_merge_refuses_and_names_the_problem(tmp_path, problem, expected):
         runs = [a, _run(tmp_path, "b", 0, 2, [("c2", "k")])]
     elif problem == "manifest":
         runs = [a, _run(tmp_path, "b", 1, 2, [("c2", "k")], gate="dual")]
+    elif problem == "edited":
+        runs = [a, _run(tmp_path, "b", 1, 2, [("c2", "k")], digest="d1")]
     elif problem == "unplaced":
         b = _run(tmp_path, "b", 1, 2, [("c2", "k")])
         payload = json.loads((b / "results.json").read_text())
