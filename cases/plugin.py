@@ -836,7 +836,7 @@ def pytest_sessionfinish(session, exitstatus):
     config.stash[SUMMARY] = summary_lines(merged["records"],
                                           (run_manifest(config).get("selection") or {}).get("case_operators"),
                                           {operators.key(op): op.acceptance_case_id for op in run_operators(config) if op.acceptance_case},
-                                          _run_studies(folder))
+                                          _run_studies(folder), merged["missing"])
     if merged["missing"] or merged["unreadable_shards"]:
         session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))
     _resumed_exit_status(session, merged["records"])

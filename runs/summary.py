@@ -41,9 +41,11 @@ def backend_lines(records: Iterable[Mapping]) -> list[str]:
     return lines
 
 
-def acceptance_outputs(records: Iterable[Mapping], case_id: str) -> dict[str, dict[str, list[str]]]:
+def acceptance_outputs(records: Iterable[Mapping], case_id: str,
+                       missing: Iterable[Mapping] = ()) -> dict[str, dict[str, list[str]]]:
     """At the case ``case_id``: backend -> status -> its outputs with that verdict (a cell that did
-    not run: its status -> the first line of its message)."""
+    not run: its status -> the first line of its message; a planned cell without a record, from the
+    run's ``missing`` list: "missing")."""
     outputs: dict[str, dict[str, list[str]]] = {}
     for r in typed(records):
         if r.case != case_id or r.is_golden:
@@ -53,25 +55,41 @@ def acceptance_outputs(records: Iterable[Mapping], case_id: str) -> dict[str, di
         elif r.output == "*" and r.status in CELL_ORDER:   # the cell did not run
             why = str(r.message).splitlines()[0] if r.message else ""
             outputs.setdefault(r.backend, {})[r.status] = [why] if why else []
+    for cell in missing:
+        if cell.get("case") == case_id and cell.get("backend") not in outputs:
+            outputs[cell.get("backend")] = {"missing": []}
     return outputs
+
+
+def emulations(records: Iterable[Mapping], case_id: str) -> dict[str, str]:
+    """At ``case_id``, the backends that were not called but served by the golden pass (a declared
+    schedule's emulation, ``goldens.emulation``): backend -> the golden layer that served it."""
+    return {r.backend: str(r.served) for r in typed(records)
+            if r.case == case_id and not r.is_golden and r.gated and r.given("served") and r.served}
+
+
+# at the acceptance case a known failure is still a failure: said as one
+ACCEPTANCE_LABELS = {**LABELS, "expected_failure": "failed as expected", "unexpected_pass": "passed, expected to fail",
+                     "missing": "missing (no record: a crashed or killed worker)"}
+ACCEPTANCE_ORDER = (*CELL_ORDER[:-1], "missing", CELL_ORDER[-1])
 
 
 def verdict_parts(by_status: Mapping[str, list[str]]) -> list[tuple[str, str, list[str]]]:
     """One backend's outputs at a case as (status, label, names), worst first, the passing last."""
     if set(by_status) == {"pass"}:
         return [("pass", f"passed all {len(by_status['pass'])} outputs", [])]
-    parts = [(s, LABELS[s], by_status[s]) for s in CELL_ORDER if s in by_status and s != "pass"]
+    parts = [(s, ACCEPTANCE_LABELS[s], by_status[s]) for s in ACCEPTANCE_ORDER if s in by_status and s != "pass"]
     if "pass" in by_status:
         parts.append(("pass", "passed", by_status["pass"]))
     return parts
 
 
-def acceptance_lines(records: Iterable[Mapping], case_id: str) -> list[str]:
+def acceptance_lines(records: Iterable[Mapping], case_id: str, missing: Iterable[Mapping] = ()) -> list[str]:
     """At the operator's acceptance case, each backend's outputs by verdict: the run's headline
     (the reference schedules' emulations beside the kernels)."""
-    outputs = acceptance_outputs(records, case_id)
+    outputs = acceptance_outputs(records, case_id, missing)
     if not outputs:
-        return []
+        return [f"the acceptance case {case_id} is not in this run"]
     lines = [f"at the acceptance case {case_id}:"]
     for backend, by_status in outputs.items():
         parts = [label if not names else f"{label} {', '.join(names)}" if status == "pass"
@@ -87,16 +105,19 @@ def drift_line(study: Mapping) -> str:
     crossed = [f"{r['schedule']} {r['family']} {r['crossing'].split(' (')[0]}" for r in crossing]
     never = sorted({r["schedule"] for r in rows} - {r["schedule"] for r in crossing})
     cfg = study.get("config") or {}
-    head = f"drift study ({cfg.get('seeds')} seeds, {', '.join(cfg.get('profiles') or ())}): "
+    dims = (study.get("axes") or {}).get("dims") or []      # the sizes after M
+    shape = ", ".join(f"{d}={v}" for d, v in zip(dims, cfg.get("shape") or ()))
+    head = (f"drift study ({cfg.get('seeds')} seeds, scale profile {', '.join(cfg.get('profiles') or ())}"
+            + (f", {shape}" if shape else "") + "): ")
     parts = [("crosses the gate: " + ", ".join(crossed)) if crossed else "no schedule crosses the gate"]
     if never:
         parts.append(f"never up to M={max(cfg.get('ms') or [0]):,}: {', '.join(never)}")
     return head + "; ".join(parts)
 
 
-def vacuity_line(records: Iterable[Mapping]) -> str | None:
+def vacuity_line(records: Iterable[Mapping], acceptance: str | None = None) -> str | None:
     """Outputs where the operator's acceptance gate would pass an all-zero output, and at how many
-    of the cases that gated them."""
+    of the cases that gated them; with ``acceptance`` (its case id), which at that case."""
     by_case: dict[tuple, bool] = {}      # (case, output) -> vacuous: a property of the case's reference
     for r in typed(records):
         if r.gated and not r.is_golden and r.given("vacuous_seed_gate"):
@@ -107,7 +128,11 @@ def vacuity_line(records: Iterable[Mapping]) -> str | None:
     hit = [o for o in seen if vacuous[o]]
     if not hit:
         return None
-    return ("acceptance gate (rtol 1/128, atol 1e-4) would pass all zeros: "
+    there = [o for (c, o), v in by_case.items() if c == acceptance]
+    at_case = ([f"at the acceptance case {acceptance} on {sum(by_case[(acceptance, o)] for o in there)} of "
+                f"{len(there)} outputs ({', '.join(o for o in there if by_case[(acceptance, o)]) or 'none'}); "]
+               if there else [])
+    return ("acceptance gate (rtol 1/128, atol 1e-4) would pass all zeros: " + "".join(at_case)
             + ", ".join(f"{o} at {vacuous[o]}/{seen[o]} cases" for o in hit)
             + "; the gate here caps its atol there")
 
@@ -134,20 +159,20 @@ def slowest_line(records: Iterable[Mapping]) -> str | None:
 
 
 def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | None = None,
-                  acceptance: Mapping[str, str] | None = None, studies: Mapping[str, Mapping] | None = None
-                  ) -> list[str]:
+                  acceptance: Mapping[str, str] | None = None, studies: Mapping[str, Mapping] | None = None,
+                  missing: Iterable[Mapping] = ()) -> list[str]:
     """``case_operators``: case id -> operator (a run of several, ``selection.case_operators``):
     then one block of lines per operator, headed by its name. ``acceptance``: operator -> the id
     of its acceptance case (its backends' outputs by verdict there); ``studies``: operator -> the
-    run's drift study of it."""
-    acceptance, studies = acceptance or {}, studies or {}
+    run's drift study of it; ``missing``: the run's planned cells without a record."""
+    acceptance, studies, missing = acceptance or {}, studies or {}, list(missing)
     if not case_operators:
         records = typed(records)      # once, for every line below
         lines = backend_lines(records)
         for case_id in acceptance.values():
-            lines += acceptance_lines(records, case_id)
+            lines += acceptance_lines(records, case_id, missing)
         lines += [drift_line(study) for study in studies.values()]
-        for line in (vacuity_line(records), slowest_line(records)):
+        for line in (vacuity_line(records, next(iter(acceptance.values()), None)), slowest_line(records)):
             if line:
                 lines.append(line)
         return lines
@@ -157,5 +182,5 @@ def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | No
         mine = {operator: acceptance[operator]} if operator in acceptance else {}
         study = {operator: studies[operator]} if operator in studies else {}
         lines += [f"  {line}" for line in summary_lines(records_of(records, case_operators, operator),
-                                                        acceptance=mine, studies=study)]
+                                                        acceptance=mine, studies=study, missing=missing)]
     return lines

@@ -69,8 +69,26 @@ class Context:
         return D.verdict_cells(self.idx)
 
     @cached_property
+    def backends(self) -> list[str]:
+        """The backends of the records, then those of planned cells that have none (a worker killed)."""
+        missing = [c.get("backend") for c in self.run_info["missing"]]
+        return list(dict.fromkeys([*self.idx.backends, *(b for b in missing if isinstance(b, str))]))
+
+    @cached_property
     def counts(self) -> dict:
-        return D.status_counts(self.cells, self.idx.backends)
+        """backend -> status -> cells (case x backend x output); a planned cell with no record at all
+        counts as missing for each of the operator's outputs."""
+        counts = D.status_counts(self.cells, self.idx.backends)
+        recorded = {(case, backend) for case, backend, _ in self.cells}
+        for c in self.run_info["missing"]:
+            backend = c.get("backend")
+            if not isinstance(backend, str) or (c.get("case"), backend) in recorded:
+                continue
+            mine = counts.setdefault(backend, {})
+            n = len(self.idx.outputs) or len(self.op.output_names)
+            mine["missing"] = mine.get("missing", 0) + n
+            mine["total"] = mine.get("total", 0) + n
+        return counts
 
     @cached_property
     def diff(self) -> D.BaselineDiff | None:

@@ -35,6 +35,9 @@ def test_backend_lines_count_cells_not_records():
 def test_vacuity_and_slowest_lines():
     assert vacuity_line(RECORDS).startswith("acceptance gate (rtol 1/128, atol 1e-4) would pass all zeros: "
                                             "dg at 1/2 cases")
+    # at the acceptance case: which of its gated outputs (dg vacuous at A, dw_g not)
+    assert vacuity_line(RECORDS, "A").startswith("acceptance gate (rtol 1/128, atol 1e-4) would pass all zeros: "
+                                                 "at the acceptance case A on 1 of 2 outputs (dg); dg at 1/2 cases")
     # a golden record's seconds are its case's goldens and comparison; the largest case named
     assert slowest_line(RECORDS) == "slowest case: A, goldens and comparison 99.0 s; slowest backend call: torch-eager at A, 7.5 s"
     later = {**RECORDS[-1], "case": "B", "seconds": 130.25}
@@ -66,14 +69,23 @@ def test_the_acceptance_case_lists_each_backends_outputs_by_verdict():
     several = summary_lines(records, {"A": "swiglu_backward", "B": "rmsnorm_backward", "C": "swiglu_backward"},
                             {"swiglu_backward": "A", "rmsnorm_backward": "Z"})
     assert "  at the acceptance case A:" in several
-    assert not any("case Z" in line for line in several)      # no records there: no block
+    assert "  the acceptance case Z is not in this run" in several      # no records there: said so
+    # a planned cell with no record (its worker killed) is named at the acceptance case, never dropped
+    lost = summary_lines(records, acceptance={"swiglu_backward": "A"},
+                         missing=[{"case": "A", "backend": "npu-kernel"}, {"case": "B", "backend": "other"}])
+    assert "  npu-kernel: missing (no record: a crashed or killed worker)" in lost
+    assert not any("other" in line for line in lost)
+    known = summary_lines([_rec("A", "k", "dw_g", "expected_failure")], acceptance={"swiglu_backward": "A"})
+    assert "  k: failed as expected (dw_g)" in known
 
 
 def test_a_drift_study_line_names_the_crossings():
-    study = {"config": {"seeds": 3, "profiles": ["seed"], "ms": [1024, 262144]},
+    study = {"config": {"seeds": 3, "profiles": ["seed"], "ms": [1024, 262144], "shape": [64, 128]},
+             "axes": {"dims": ["K", "N"]},
              "table": [{"schedule": "article", "family": "db", "crossing": "M ~ 48,662 (between 32,768 and 65,536)"},
                        {"schedule": "article", "family": "dw", "crossing": "at or below M=1024"},
                        {"schedule": "hardened", "family": "db", "crossing": "not up to M=262144"}]}
     lines = summary_lines(RECORDS, studies={"swiglu_backward": study})
-    assert ("drift study (3 seeds, seed): crosses the gate: article db M ~ 48,662, article dw at or below M=1024; "
+    assert ("drift study (3 seeds, scale profile seed, K=64, N=128): crosses the gate: article db M ~ 48,662, "
+            "article dw at or below M=1024; "
             "never up to M=262,144: hardened") in lines

@@ -28,7 +28,7 @@ def test_a_run_with_a_report_draws_its_own_drift_study(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "2 passed" in proc.stdout, proc.stdout[-2000:]          # the cell and the study
     [study] = sorted((tmp_path / "r").glob("runs/*/drift/swiglu_backward/drift.json"))
-    assert "drift study (1 seeds, seed): crosses the gate: article" in proc.stdout, proc.stdout[-2000:]
+    assert "drift study (1 seeds, scale profile seed, K=64, N=128): crosses the gate: article" in proc.stdout, proc.stdout[-2000:]
     page = (tmp_path / "report" / "index.html").read_text()
     assert "made by this run beside its cells" in page and str(study.parent) in page
     for family in ("db", "dw"):
@@ -66,12 +66,13 @@ def _a_study_of_other_code_is_named_so_and_the_runs_own_preferred(tmp_path):
     assert "made by this run beside its cells" in html and str(own.parent) in html
     assert f"Left out: the study in <code>{apart}</code> (the study ran other code than this run's: " \
            "the study at commit 1234567890" in html
-    assert "Not this run" not in _findings(page)
+    assert "Not this run" not in _findings(page) and "this run's study" in _findings(page)
 
     shutil.rmtree(own.parent)                       # only the study of other code is left
     page = render(tmp_path / "r", tmp_path / "report")
     assert "Not this run's study: the study ran other code than this run's" in unescape(page.read_text())
     assert "Not this run's study: the study ran other code" in _findings(page)
+    assert f"the study in {apart}" in _findings(page)
 
     (apart / "drift.json").write_text(json.dumps(study))     # the run's code: shown as it is
     page = render(tmp_path / "r", tmp_path / "report")
