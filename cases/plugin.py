@@ -863,7 +863,8 @@ def _resumed_exit_status(session, records) -> None:
         session.exitstatus = max(int(session.exitstatus), int(pytest.ExitCode.TESTS_FAILED))
     ran = len(session.config.stash.get(PLANNED, [])) - len(carried)
     session.config.stash[RESUMED_LINE] = (f"resumed {resumed.source}: {len(carried)} cells carried over "
-                                          f"({failing} did not pass), {ran} run now")
+                                          f"({failing} failing: failed, errors, crashes, timeouts, known failures that "
+                                          f"passed), {ran} run now")
 
 
 RESUMED_LINE = pytest.StashKey[str]()

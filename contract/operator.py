@@ -102,8 +102,9 @@ class Operator:
     # verdict's default benchmark
     backends: Mapping[str, str] = field(default_factory=dict)
     default_backends: tuple[str, ...] = ()
-    # backends a run without --backend also gets at the acceptance case alone: emulations of the
-    # operator's reference schedules, so the first run shows how each fares at the operator's own case
+    # backends a run without --backend also gets at the acceptance case alone, so the first run shows
+    # how each fares at the operator's own case: SwiGLU's reference schedules' emulations (served by
+    # the golden pass: their records say so, ``served``), attention's PyTorch CPU flash kernel
     acceptance_backends: tuple[str, ...] = ()
     expectations: Path | None = None   # the folder of its known failures (``cases.expectations``)
     # the drift study's shape (the dimensions after M): small, since drift relative to rms depends
