@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contract.operator import Operator
+from contract.records import GOLDEN_PREFIX
 from kernels.sealed_state import function_table, replaced_functions, restore_functions
 
 
@@ -90,6 +91,10 @@ def _import_checked(spec: str, module_name: str):
 def resolve_path(spec: str, path: str) -> Backend:
     """The callable at ``path`` (``package.module:callable``; an old module path of ``MOVED_MODULES``
     too) as the backend ``spec``."""
+    if str(spec).startswith(GOLDEN_PREFIX):
+        # a record whose backend starts so is a golden's, which the summaries and the resume leave out
+        raise BackendNotFound(f"backend {spec!r}: names starting with {GOLDEN_PREFIX!r} are the goldens' records; "
+                              f"rename the module")
     path = current_path(path)
     module_name, _, attr = path.partition(":")
     if not module_name or not attr or module_name.startswith("."):

@@ -7,23 +7,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _code(record) -> dict:
+    """A study's or a manifest's code version, its fields kept only where they have their types."""
+    record = record if isinstance(record, Mapping) else {}
+    return {"commit": _text(record.get("commit")), "digest": _text(record.get("digest")),
+            "dirty": record.get("dirty") is True}
+
+
 def _at(code: Mapping) -> str:
-    commit = code.get("commit")
-    where = f"commit {commit[:10]}" if commit else "an unknown commit"
-    return where + (" with edits" if code.get("dirty") else "")
+    where = f"commit {code['commit'][:10]}" if code["commit"] else "an unknown commit"
+    return where + (" with edits" if code["dirty"] else "")
 
 
 def code_mismatch(study: Mapping, results: Mapping) -> str | None:
-    """None when ``study`` ran this run's code (made by the run itself, or the same code digest);
-    else why it may not have. ``results``: the loaded results (their ``run`` and ``manifest``)."""
+    """None when ``study`` ran this run's code (the same code digest; where either lacks one, a study
+    made by the run itself); else why it may not have. ``results``: the loaded results (their
+    ``run`` and ``manifest``)."""
+    theirs = _code(study.get("code"))
+    manifest = results.get("manifest")
+    mine = _code(manifest.get("framework") if isinstance(manifest, Mapping) else None)
+    if theirs["digest"] and mine["digest"]:
+        if theirs["digest"] == mine["digest"]:
+            return None
+        same = (" (the same commit: its files differ, edited or untracked)"
+                if theirs["commit"] and theirs["commit"] == mine["commit"] else "")
+        return f"the study ran other code than this run's: the study at {_at(theirs)}, the run at {_at(mine)}{same}"
     if study.get("run") is not None and study.get("run") == results.get("run"):
         return None
-    theirs = study.get("code") or {}
-    mine = ((results.get("manifest") or {}).get("framework")) or {}
-    if not theirs.get("digest"):
+    if not theirs["digest"]:
         return "the study records no code version (made before studies recorded one): it may be of other code than this run's"
-    if not mine.get("digest"):
-        return f"the study ran at {_at(theirs)}; the run records no code version to check it against"
-    if theirs["digest"] != mine["digest"]:
-        return f"the study ran other code than this run's: the study at {_at(theirs)}, the run at {_at(mine)}"
-    return None
+    return f"the study ran at {_at(theirs)}; the run records no code version to check it against"

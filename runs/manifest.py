@@ -68,18 +68,20 @@ def _version(dist: str) -> str | None:
 # the packages whose code makes a verdict's or a study's numbers (the backends' own files are
 # digested per backend, ``source_digest``)
 NUMBERS_PACKAGES = ("contract", "goldens", "runs", "accuracy", "kernels", "operators", "cases")
+# the files that decide a number or a verdict: the code, and the known failures' expectation files
+CODE_FILES = ("*.py", "*.toml")
 _code_digest: str | None = None
 
 
 def code_digest() -> str:
-    """SHA-256 over the framework's Python files (``NUMBERS_PACKAGES``), by path: a drift study
+    """SHA-256 over the framework's Python and expectation files (``NUMBERS_PACKAGES``), by path: a drift study
     and a run with the same digest ran the same code, committed or not (the commit alone misses
     an edited tree)."""
     global _code_digest
     if _code_digest is None:
         h = hashlib.sha256()
         for package in NUMBERS_PACKAGES:
-            for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            for path in sorted(p for pattern in CODE_FILES for p in (REPO_ROOT / package).rglob(pattern)):
                 h.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
         _code_digest = h.hexdigest()
     return _code_digest

@@ -267,6 +267,13 @@ def load_results(path: str | os.PathLike) -> dict:
         checked(data["records"], str(target))
     except RecordSchemaError as exc:
         raise ResultsNotFound(str(exc)) from None
+    missing = data.get("missing", [])
+    bad = ([] if isinstance(missing, list) else ["it is not a list"]) + [
+        f"entry {i} is {c!r:.80}" for i, c in enumerate(missing if isinstance(missing, list) else [])
+        if not (isinstance(c, dict) and isinstance(c.get("case"), str) and isinstance(c.get("backend"), str))]
+    if bad:
+        raise ResultsNotFound(f"{target}: its 'missing' cells must be a list of {{case, backend}} names: "
+                              f"{'; '.join(bad[:3])}")
     return {**data, "source": str(target)}
 
 

@@ -84,12 +84,15 @@ def verdict_parts(by_status: Mapping[str, list[str]]) -> list[tuple[str, str, li
     return parts
 
 
-def acceptance_lines(records: Iterable[Mapping], case_id: str, missing: Iterable[Mapping] = ()) -> list[str]:
+def acceptance_lines(records: Iterable[Mapping], case_id: str, missing: Iterable[Mapping] = (),
+                     operator: str | None = None) -> list[str]:
     """At the operator's acceptance case, each backend's outputs by verdict: the run's headline
-    (the reference schedules' emulations beside the kernels)."""
+    (the reference schedules' emulations beside the kernels). ``operator``: its name, for the
+    command that runs the case where this run did not."""
     outputs = acceptance_outputs(records, case_id, missing)
     if not outputs:
-        return [f"the acceptance case {case_id} is not in this run"]
+        command = f" (pytest -n auto cases/ --operator {operator} runs it)" if operator else ""
+        return [f"the acceptance case {case_id} is not in this run{command}"]
     lines = [f"at the acceptance case {case_id}:"]
     for backend, by_status in outputs.items():
         parts = [label if not names else f"{label} {', '.join(names)}" if status == "pass"
@@ -169,8 +172,8 @@ def summary_lines(records: list[Mapping], case_operators: Mapping[str, str] | No
     if not case_operators:
         records = typed(records)      # once, for every line below
         lines = backend_lines(records)
-        for case_id in acceptance.values():
-            lines += acceptance_lines(records, case_id, missing)
+        for operator, case_id in acceptance.items():
+            lines += acceptance_lines(records, case_id, missing, operator)
         lines += [drift_line(study) for study in studies.values()]
         for line in (vacuity_line(records, next(iter(acceptance.values()), None)), slowest_line(records)):
             if line:

@@ -50,7 +50,7 @@ def drift_study(context: Context) -> dict | None:
     cfg = study["config"]
     return {"figures": figures, "table": study["table"], "config": cfg, "shape": study_shape_label(study, cfg["shape"]),
             "wall_s": study.get("wall_s"), "source": str(folder), "shape_check": study.get("shape_check"),
-            "run": study.get("run"), "own": study.get("run") is not None and study.get("run") == context.results.get("run"),
+            "run": study.get("run"), "own": stale is None and study.get("run") is not None and study.get("run") == context.results.get("run"),
             "study": study, "stale": stale, "left_out": left_out}
 
 

@@ -101,3 +101,6 @@ def test_registry_resolves_names_and_import_paths():
         resolve(SWIGLU, "no_such_pkg.mod:fn")
     with pytest.raises(BackendNotFound, match="has no attribute"):
         resolve(SWIGLU, "operators.swiglu_backward.kernels.torch_autograd:nope")
+    # a module named golden would give records the summaries and --resume take for the goldens'
+    with pytest.raises(BackendNotFound, match="names starting with 'golden:' are the goldens' records"):
+        resolve(SWIGLU, "golden:torch_eager")

@@ -1,6 +1,10 @@
 """The one-screen summary reads the merged records: a cell is as bad as its worst output."""
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from runs.summary import backend_lines, cell_verdicts, slowest_line, summary_lines, vacuity_line
 
 
@@ -69,7 +73,8 @@ def test_the_acceptance_case_lists_each_backends_outputs_by_verdict():
     several = summary_lines(records, {"A": "swiglu_backward", "B": "rmsnorm_backward", "C": "swiglu_backward"},
                             {"swiglu_backward": "A", "rmsnorm_backward": "Z"})
     assert "  at the acceptance case A:" in several
-    assert "  the acceptance case Z is not in this run" in several      # no records there: said so
+    assert ("  the acceptance case Z is not in this run (pytest -n auto cases/ --operator rmsnorm_backward "
+            "runs it)") in several      # no records there: said so, with the command
     # a planned cell with no record (its worker killed) is named at the acceptance case, never dropped
     lost = summary_lines(records, acceptance={"swiglu_backward": "A"},
                          missing=[{"case": "A", "backend": "npu-kernel"}, {"case": "B", "backend": "other"}])
@@ -89,3 +94,18 @@ def test_a_drift_study_line_names_the_crossings():
     assert ("drift study (3 seeds, scale profile seed, K=64, N=128): crosses the gate: article db M ~ 48,662, "
             "article dw at or below M=1024; "
             "never up to M=262,144: hardened") in lines
+
+
+@pytest.mark.parametrize("missing, says", [({"case": "A"}, "it is not a list"),
+                                           ([{}], "entry 0 is {}"),
+                                           ([{"case": "A", "backend": None}], "entry 0 is {'case': 'A', 'backend': None}"),
+                                           (["oops"], "entry 0 is 'oops'")])
+def test_a_results_file_with_malformed_missing_cells_is_refused_naming_them(tmp_path, missing, says):
+    """The summaries and the report read a run's missing cells as names; a file that holds other
+    things there is refused in one line, not rendered with a backend called None."""
+    import json
+    from runs.results import ResultsNotFound, load_results
+    (tmp_path / "results.json").write_text(json.dumps({"schema": 1, "records": [], "missing": missing}))
+    with pytest.raises(ResultsNotFound, match="its 'missing' cells must be a list of {case, backend} names: "
+                                              + re.escape(says)):
+        load_results(tmp_path / "results.json")
