@@ -174,10 +174,12 @@ def _render_sections(data: dict, keys: list, case_operators: Mapping, out: Path,
         op = operators.get(key)
         mine = records_of(data["records"], case_operators, key)
         base = None if previous is None else records_of(previous, case_operators, key)
-        _, idx, counts = _render_operator({**data, "records": mine}, op, out / op.name, results_dir, baseline, base,
-                                          time.perf_counter(), study_strict=False, **options)
+        # its own planned cells without a record (the run's list holds every operator's)
+        lost = [c for c in data.get("missing") or [] if case_operators.get(c["case"]) == key]
+        _, idx, counts = _render_operator({**data, "records": mine, "missing": lost}, op, out / op.name, results_dir,
+                                          baseline, base, time.perf_counter(), study_strict=False, **options)
         sections.append({"name": op.name, "title": op.title or op.name, "href": f"{op.name}/index.html",
-                         "cases": len(idx.cases), "backends": idx.backends, "counts": counts})
+                         "cases": len(idx.cases), "backends": list(counts), "counts": counts})
     html = environment().get_template("operators.html.j2").render(
         title=options.get("title") or "accuracy report: " + ", ".join(s["title"] for s in sections),
         results_dir=str(results_dir), sections=sections,

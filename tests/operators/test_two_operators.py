@@ -3,6 +3,7 @@ merged and diffed like a one-operator run."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -73,3 +74,14 @@ def test_two_operators_in_one_run_give_one_results_file_and_one_report(tmp_path)
     (toy_run / "results.json").write_text(json.dumps(toy_data))
     with pytest.raises(FileNotFoundError, match="a drift study of operator 'swiglu_backward', not of"):
         render(toy_run, tmp_path / "report3", heatmap=False, drift_study=tmp_path / "report2" / "drift")
+    # a planned cell without a record is its own operator's: counted on its page and its index row only
+    lost_run = tmp_path / "lost-run"
+    lost_run.mkdir()
+    (lost_run / "results.json").write_text(json.dumps({**data, "missing": [{"case": "M3-N8-tiny-s0", "backend": "lost"}]}))
+    render(lost_run, tmp_path / "report4", heatmap=False)
+    assert "<code>M3-N8-tiny-s0 / lost</code>" in (tmp_path / "report4" / "toy" / "index.html").read_text()
+    assert ">lost<" not in (tmp_path / "report4" / "swiglu_backward" / "index.html").read_text()
+    index = re.sub(r">\s+<", "><", (tmp_path / "report4" / "index.html").read_text())
+    zeros = '<td class="n">0</td>' * 6        # pass, fail, known failure, known failure passed, skipped, error
+    assert f'<code>lost</code></td><td class="n">2</td>{zeros}<td class="n">2</td>' in index, \
+        index[index.index('id="op-toy"'):][:1500]
