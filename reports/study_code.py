@@ -41,3 +41,9 @@ def code_mismatch(study: Mapping, results: Mapping) -> str | None:
     if not theirs["digest"]:
         return "the study records no code version (made before studies recorded one): it may be of other code than this run's"
     return f"the study ran at {_at(theirs)}; the run records no code version to check it against"
+
+
+def of_run_code_first(found: list[tuple]) -> tuple:
+    """Of ``(folder, study, code_mismatch)`` in the order they were looked for, the first that ran the
+    run's code; where none did, the first (its mismatch said on the page)."""
+    return next((f for f in found if f[2] is None), found[0])

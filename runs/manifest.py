@@ -11,6 +11,7 @@ conditioned on. Every field is plain JSON; a field that cannot be read is
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -70,21 +71,18 @@ def _version(dist: str) -> str | None:
 NUMBERS_PACKAGES = ("contract", "goldens", "runs", "accuracy", "kernels", "operators", "cases")
 # the files that decide a number or a verdict: the code, and the known failures' expectation files
 CODE_FILES = ("*.py", "*.toml")
-_code_digest: str | None = None
 
 
+@functools.cache
 def code_digest() -> str:
     """SHA-256 over the framework's Python and expectation files (``NUMBERS_PACKAGES``), by path: a drift study
     and a run with the same digest ran the same code, committed or not (the commit alone misses
     an edited tree)."""
-    global _code_digest
-    if _code_digest is None:
-        h = hashlib.sha256()
-        for package in NUMBERS_PACKAGES:
-            for path in sorted(p for pattern in CODE_FILES for p in (REPO_ROOT / package).rglob(pattern)):
-                h.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
-        _code_digest = h.hexdigest()
-    return _code_digest
+    h = hashlib.sha256()
+    for package in NUMBERS_PACKAGES:
+        for path in sorted(p for pattern in CODE_FILES for p in (REPO_ROOT / package).rglob(pattern)):
+            h.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
 
 
 def code_version() -> dict:

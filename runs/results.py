@@ -268,9 +268,11 @@ def load_results(path: str | os.PathLike) -> dict:
     except RecordSchemaError as exc:
         raise ResultsNotFound(str(exc)) from None
     missing = data.get("missing", [])
-    bad = ([] if isinstance(missing, list) else ["it is not a list"]) + [
-        f"entry {i} is {c!r:.80}" for i, c in enumerate(missing if isinstance(missing, list) else [])
-        if not (isinstance(c, dict) and isinstance(c.get("case"), str) and isinstance(c.get("backend"), str))]
+    if not isinstance(missing, list):
+        bad = ["it is not a list"]
+    else:
+        bad = [f"entry {i} is {c!r:.80}" for i, c in enumerate(missing)
+               if not (isinstance(c, dict) and isinstance(c.get("case"), str) and isinstance(c.get("backend"), str))]
     if bad:
         raise ResultsNotFound(f"{target}: its 'missing' cells must be a list of {{case, backend}} names: "
                               f"{'; '.join(bad[:3])}")

@@ -131,11 +131,11 @@ def vacuity_line(records: Iterable[Mapping], acceptance: str | None = None) -> s
     hit = [o for o in seen if vacuous[o]]
     if not hit:
         return None
-    there = [o for (c, o), v in by_case.items() if c == acceptance]
-    at_case = ([f"at the acceptance case {acceptance} on {sum(by_case[(acceptance, o)] for o in there)} of "
-                f"{len(there)} outputs ({', '.join(o for o in there if by_case[(acceptance, o)]) or 'none'}); "]
-               if there else [])
-    return ("acceptance gate (rtol 1/128, atol 1e-4) would pass all zeros: " + "".join(at_case)
+    there = {o: v for (c, o), v in by_case.items() if c == acceptance}
+    zeros_there = [o for o, v in there.items() if v]
+    at_case = (f"at the acceptance case {acceptance} on {len(zeros_there)} of {len(there)} outputs "
+               f"({', '.join(zeros_there) or 'none'}); " if there else "")
+    return ("acceptance gate (rtol 1/128, atol 1e-4) would pass all zeros: " + at_case
             + ", ".join(f"{o} at {vacuous[o]}/{seen[o]} cases" for o in hit)
             + "; the gate here caps its atol there")
 

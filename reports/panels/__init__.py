@@ -20,7 +20,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import operators
 from reports import data as D
+from runs.results import DRIFT_STUDIES
 
 PLOTS = "plots"     # the page's image folder, next to index.html and linked relatively
 
@@ -59,6 +61,7 @@ class Context:
     drift_study: str | os.PathLike | None = None
     study_strict: bool = False                # a study of another operator is an error, not left out
     timings: dict[str, float] = field(default_factory=dict)   # what a panel times itself (its own drawing)
+    shared: dict[str, Any] = field(default_factory=dict)      # ``once``'s results
 
     def image(self, name: str) -> str:
         """The page-relative path of the PNG named ``name``; ``out / image(name)`` is where it is drawn."""
@@ -69,26 +72,36 @@ class Context:
         return D.verdict_cells(self.idx)
 
     @cached_property
-    def backends(self) -> list[str]:
-        """The backends of the records, then those of planned cells that have none (a worker killed)."""
-        missing = [c.get("backend") for c in self.run_info["missing"]]
-        return list(dict.fromkeys([*self.idx.backends, *(b for b in missing if isinstance(b, str))]))
-
-    @cached_property
     def counts(self) -> dict:
-        """backend -> status -> cells (case x backend x output); a planned cell with no record at all
-        counts as missing for each of the operator's outputs."""
+        """backend -> status -> cells (case x backend x output), the records' backends first; a
+        planned cell with no record at all (a worker killed; ``runs.results`` checked the list's
+        names) counts as missing for each of the operator's outputs."""
         counts = D.status_counts(self.cells, self.idx.backends)
         recorded = {(case, backend) for case, backend, _ in self.cells}
+        n = len(self.op.output_names)
         for c in self.run_info["missing"]:
-            backend = c.get("backend")
-            if not isinstance(backend, str) or (c.get("case"), backend) in recorded:
-                continue
-            mine = counts.setdefault(backend, {})
-            n = len(self.idx.outputs) or len(self.op.output_names)
-            mine["missing"] = mine.get("missing", 0) + n
-            mine["total"] = mine.get("total", 0) + n
+            if (c["case"], c["backend"]) not in recorded:
+                mine = counts.setdefault(c["backend"], {})
+                mine["missing"] = mine.get("missing", 0) + n
+                mine["total"] = mine.get("total", 0) + n
         return counts
+
+    @cached_property
+    def study_folders(self) -> list[Path]:
+        """Where a page looks for the drift studies of its operator: the report's ``drift/`` (made
+        apart, ``python -m cases.drift_study -o OUT/drift``), then the run's own (``RUN/drift/<operator>``)."""
+        folders = [self.out / "drift"]
+        results_file = self.results.get("source")
+        if results_file:
+            folders.append(Path(results_file).parent / DRIFT_STUDIES / operators.key(self.op.one_head))
+        return folders
+
+    def once(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` the first time ``name`` is asked for on this page, its result after: what two
+        panels show (the drift study heads the drift section and is a line of the findings)."""
+        if name not in self.shared:
+            self.shared[name] = compute()
+        return self.shared[name]
 
     @cached_property
     def diff(self) -> D.BaselineDiff | None:

@@ -8,23 +8,22 @@ import operators
 from reports.drift_study_figures import StudyUnreadable, figure_names, load_study
 from reports.panels import Context, Panel, PlotJob
 from reports.plots import study_shape_label
-from reports.study_code import code_mismatch
-from runs.results import DRIFT_STUDIES
+from reports.study_code import code_mismatch, of_run_code_first
 
 
 def _candidates(context: Context) -> list[Path]:
-    """The study named, else ``OUT/drift`` and the run's own (made beside its cells for its report,
-    ``RUN/drift/<operator>``), those that hold a study."""
+    """The study named, else the page's study folders that hold one."""
     if context.drift_study is not None:
         return [Path(context.drift_study)]
-    folders = [context.out / "drift"]
-    results_file = context.results.get("source")
-    if results_file:
-        folders.append(Path(results_file).parent / DRIFT_STUDIES / operators.key(context.op.one_head))
-    return [f for f in folders if (f / "drift.json").is_file()]
+    return [f for f in context.study_folders if (f / "drift.json").is_file()]
 
 
 def drift_study(context: Context) -> dict | None:
+    """Loaded once a page (``Context.once``: the findings show it too)."""
+    return context.once("drift_study", lambda: _drift_study(context))
+
+
+def _drift_study(context: Context) -> dict | None:
     """None without a study of the operator; a study of another operator is left out, or refused
     where ``context.study_strict`` (one asked for by name on a page of one operator). Of the
     studies found, the first that ran the run's code (``reports.study_code``); where none did, the
@@ -44,7 +43,7 @@ def drift_study(context: Context) -> dict | None:
         found.append((folder, study, code_mismatch(study, context.results)))
     if not found:
         return None
-    folder, study, stale = next((f for f in found if f[2] is None), found[0])
+    folder, study, stale = of_run_code_first(found)
     left_out = [{"source": str(f), "why": why} for f, _, why in found if why is not None and f != folder]
     figures = [{"family": fam, "src": context.image(f"study-{fam}")} for fam in figure_names(study)]
     cfg = study["config"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import operators
 from reports.panels import Context, Panel
 from reports.panels.drift_study import drift_study
+from contract.records import typed
 from runs.summary import acceptance_outputs, drift_line, emulations, vacuity_line, verdict_parts
 
 # a skipped cell's reason is a paragraph; the block keeps its first words, the skipped cells' table all of it
@@ -25,7 +26,7 @@ def _command(context: Context) -> str:
 
 
 def findings(context: Context) -> dict:
-    records = context.results.get("records") or []
+    records = typed(context.results.get("records") or [])      # once, for every line below
     case_id = context.op.acceptance_case_id
     rows = []
     if case_id is not None:
@@ -37,7 +38,7 @@ def findings(context: Context) -> dict:
     study = drift_study(context)
     return {"case": case_id, "rows": rows, "command": _command(context),
             "drift": drift_line(study["study"]) if study else None,
-            "drift_source": None if study is None else ("this run's" if study["own"] else study["source"]),
+            "drift_own": bool(study and study["own"]), "drift_source": study["source"] if study else None,
             "drift_stale": study["stale"] if study else None, "vacuity": vacuity_line(records, case_id)}
 
 

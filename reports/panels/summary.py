@@ -5,7 +5,7 @@ from reports.panels import Context, Panel
 
 
 def summary(context: Context) -> dict:
-    return {"run_info": context.run_info, "backends": context.backends, "counts": context.counts,
+    return {"run_info": context.run_info, "backends": list(context.counts), "counts": context.counts,
             "diff": context.diff}
 
 

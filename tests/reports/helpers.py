@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import copy
+import re
+from html import unescape
 
 HOSTILE = 'my.pkg:kernel<script>alert("pwned")</script>&amp;'
 
@@ -54,3 +56,10 @@ def renamed(records, old, new):
             if isinstance(r.get("message"), str):
                 r["message"] = r["message"].replace(old, new)
     return out
+
+
+def findings_text(page) -> str:
+    """The report's findings block as a reader sees it: tags dropped, entities read, white space collapsed."""
+    html = page.read_text()
+    block = html[html.index('<section id="findings"'):html.index("</section>")]
+    return unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", block)))

@@ -13,7 +13,7 @@ from cases.matrix import acceptance_case
 from operators.swiglu_backward import OPERATOR as SWIGLU
 from reports import render
 from reports.browser import check_page, find_chromium
-from tests.reports.helpers import cell
+from tests.reports.helpers import cell, findings_text
 
 CASE = acceptance_case(SWIGLU)
 M, K, N = CASE.m, CASE.k, CASE.n
@@ -47,18 +47,11 @@ def _render(tmp_path, records):
     return render(results, tmp_path / "report")
 
 
-def _findings_text(page) -> str:
-    """The block's text as a reader sees it: tags dropped, white space collapsed."""
-    html = page.read_text()
-    block = html[html.index('<section id="findings"'):html.index("</section>")]
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", block))
-
-
 def test_the_acceptance_case_and_the_vacuous_outputs_are_stated(tmp_path):
     page = _render(tmp_path, _acceptance_records())
     html = page.read_text()
     assert html.index('id="findings"') < html.index('id="summary"') < html.index('id="matrix"')
-    box = _findings_text(page)
+    box = findings_text(page)
     assert f"At the acceptance case {CASE.id}" in box
     article = box[box.index("article-schedule-emulated"):box.index("hardened-schedule-emulated")]
     assert "an emulation, not a kernel: the golden pass's tiled:article layer" in article
@@ -84,7 +77,7 @@ def test_a_planned_cell_without_a_record_is_missing_not_absent(tmp_path):
     (results / "results.json").write_text(json.dumps({"schema": 1, "records": records,
                                                       "missing": [{"case": CASE.id, "backend": "torch-eager"}]}))
     page = render(results, tmp_path / "report")
-    box = _findings_text(page)
+    box = findings_text(page)
     assert "torch-eager: missing (no record: a crashed or killed worker)" in box
     html = page.read_text()
     summary = html[html.index('id="summary"'):html.index('id="matrix"')]
@@ -103,7 +96,7 @@ def test_each_operator_names_its_acceptance_case_as_the_cases_do():
 
 def test_a_run_without_the_acceptance_case_says_so(tmp_path):
     records = [r for r in _acceptance_records() if r["case"] != CASE.id]
-    box = _findings_text(_render(tmp_path, records))
+    box = findings_text(_render(tmp_path, records))
     assert f"The acceptance case {CASE.id} is not in this run (pytest -n auto cases/ runs it)" in box
     assert "emulation" not in box
 
@@ -114,7 +107,7 @@ def test_another_operators_acceptance_case_names_its_own_command(tmp_path):
     results.mkdir()
     (results / "results.json").write_text(json.dumps({"schema": 1, "records": [], "manifest": {
         "selection": {"operator": "rmsnorm_backward"}}}))
-    box = _findings_text(render(results, tmp_path / "report"))
+    box = findings_text(render(results, tmp_path / "report"))
     assert (f"The acceptance case {RMSNORM.acceptance_case_id} is not in this run "
             "(pytest -n auto cases/ --operator rmsnorm_backward runs it)") in box
 

@@ -4,7 +4,6 @@ run's is never shown as the run's; a run without a report makes none."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from html import unescape
 from pathlib import Path
 
 from reports.browser import check_page, find_chromium
+from tests.reports.helpers import findings_text
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--profile", "none", "--case", "64,96,200,unit", "--backend", "torch-eager", "--benchmark", "none"]
@@ -43,11 +43,6 @@ def test_a_run_with_a_report_draws_its_own_drift_study(tmp_path):
     _a_study_of_other_code_is_named_so_and_the_runs_own_preferred(tmp_path)     # the same run, re-rendered
 
 
-def _findings(page: Path) -> str:
-    html = page.read_text()
-    return unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html[html.index('id="findings"'):html.index("</section>")])))
-
-
 def _a_study_of_other_code_is_named_so_and_the_runs_own_preferred(tmp_path):
     """A study in the report's drift/ folder (``python -m cases.drift_study -o report/drift``) made
     by other code than the run's: left out for the run's own study where there is one, else shown
@@ -66,18 +61,18 @@ def _a_study_of_other_code_is_named_so_and_the_runs_own_preferred(tmp_path):
     assert "made by this run beside its cells" in html and str(own.parent) in html
     assert f"Left out: the study in <code>{apart}</code> (the study ran other code than this run's: " \
            "the study at commit 1234567890" in html
-    assert "Not this run" not in _findings(page) and "this run's study" in _findings(page)
+    assert "Not this run" not in findings_text(page) and "this run's study" in findings_text(page)
 
     shutil.rmtree(own.parent)                       # only the study of other code is left
     page = render(tmp_path / "r", tmp_path / "report")
     assert "Not this run's study: the study ran other code than this run's" in unescape(page.read_text())
-    assert "Not this run's study: the study ran other code" in _findings(page)
-    assert f"the study in {apart}" in _findings(page)
+    assert "Not this run's study: the study ran other code" in findings_text(page)
+    assert f"the study in {apart}" in findings_text(page)
 
     (apart / "drift.json").write_text(json.dumps(study))     # the run's code: shown as it is
     page = render(tmp_path / "r", tmp_path / "report")
     assert "Not this run" not in page.read_text() and "Left out" not in page.read_text()
-    assert "crosses the gate: article" in _findings(page)
+    assert "crosses the gate: article" in findings_text(page)
 
 
 def test_a_run_without_a_report_makes_no_study(tmp_path):
