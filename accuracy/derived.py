@@ -56,6 +56,7 @@ from accuracy import allowance
 from accuracy.allowance import SUBNORMAL_STORE, Allowance, DirectionCounts, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.path_errors import path_error_sums
+from accuracy.products import upper_product
 from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, matmul,
                                   rescaled_half_spacing, spread_inputs)
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
@@ -202,8 +203,13 @@ class PieceSpreadOps(SpreadOps):
     def product(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self._products.get((x, y), lambda: x @ y)
 
+    def bound(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``upper_product`` of non-negative x, y, shared the same way (the own model's channels
+        of SwiGLU's dg_in and dfc_in are the full model's: 4 of a piece's 20 products)."""
+        return self._products.get((x, y), lambda: upper_product(x, y), kind="upper")
+
     def matmul(self, a, b) -> Spread:
-        return matmul(a, b, product=self.product)
+        return matmul(a, b, product=self.product, bound=self.bound)
 
 
 class OwnSpreadOps(PieceSpreadOps):
@@ -569,14 +575,13 @@ class DerivedMath(_Frozen):
             paths.update({f"{p} stored": base.with_store(**{p: bf16}) for p in self.points})
         return paths
 
-    def rows_per_evaluation(self, weights: Mapping[str, torch.Tensor], count: int) -> int:
-        """Rows of a chunk evaluated at once (``row_elements``; all of them without it)."""
-        if self.row_elements is None:
-            return count
+    def rows_per_evaluation(self, weights: Mapping[str, torch.Tensor]) -> int:
+        """Rows of a chunk evaluated at once: at most one canonical block (1024 rows), fewer where
+        ``row_elements`` says so; a power of two, so that a block of rows never straddles a
+        canonical block and a row's bits never depend on the chunk it is in (the model's products
+        and the reference's, by shape: ``goldens.blocks.row_product``)."""
         width = max([int(t.shape[-1]) for t in weights.values()] + [1])
-        rows = max(1, self.row_elements // width)
-        # a power of two up to one canonical block (1024 rows), whatever the chunk: a block of rows
-        # never straddles a canonical block, and a row's bits never depend on the chunk it is in
+        rows = REDUCTION_BLOCK if self.row_elements is None else max(1, self.row_elements // width)
         return min(1 << (rows.bit_length() - 1), REDUCTION_BLOCK)
 
     def evaluate(self, ops, inputs: Mapping) -> tuple[dict, dict]:
@@ -613,8 +618,9 @@ class _Memo:
         sample = flat[::max(1, flat.numel() // cls.SAMPLES)].contiguous()
         return tuple(t.shape), t.dtype, int(sample.view(torch.uint8).sum(dtype=torch.int64))
 
-    def get(self, args: tuple[torch.Tensor, ...], compute: Callable[[], object]):
-        prints = tuple(self._fingerprint(a) for a in args)
+    def get(self, args: tuple[torch.Tensor, ...], compute: Callable[[], object], kind: str = ""):
+        """``kind``: what ``compute`` makes of the arguments, where one memo holds several kinds."""
+        prints = (kind, *(self._fingerprint(a) for a in args))
         for key, key_prints, result in self._seen:
             if key_prints == prints and all(torch.equal(a, k) for a, k in zip(args, key)):
                 return result
@@ -667,7 +673,7 @@ class _Golden(_Frozen):
         count = next(iter(rows.values())).shape[0]
         if self.derived.row_index is not None:
             rows = {**rows, self.derived.row_index: torch.arange(start, start + count).unsqueeze(1)}
-        step = self.derived.rows_per_evaluation(weights, count)
+        step = self.derived.rows_per_evaluation(weights)
         pieces, by_block = [], {}     # the operands' term sums per canonical block, summed as the pieces come
         # the pieces' values and operands are copied into the chunk's tensors as they come, so a
         # piece's are freed before the next is evaluated: attention's operands are [rows, N] (two

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from accuracy.products import upper_product
 from accuracy.ulp import bf16_spacing
 
 U_FP32 = 2.0 ** -24
@@ -364,23 +365,26 @@ def sum_over(a: Spread, dim: int) -> Spread:
     return Spread(value, exact, mixed)
 
 
-def matmul(a, b, product=None) -> Spread:
+def matmul(a, b, product=None, bound=None) -> Spread:
     """a @ b for 2-D a [M, N], b [N, K], either a Spread: the error of each carried through the
     other's exact value (first order), summed over N in any FP32 order. ``product(x, y)``: how
-    the value's and the magnitudes' FP64 products are computed (default x @ y; a piece's
-    evaluations share them, ``accuracy.derived``)."""
+    the value's FP64 product is computed (default x @ y); ``bound(x, y)``: how the model's
+    products of non-negative matrices (variances, worst cases, magnitudes) are bounded from
+    above (default ``accuracy.products.upper_product``: one FP32 product, enlarged by its
+    rounding's bound). A piece's evaluations share both (``accuracy.derived``)."""
     product = product or _product
+    bound = bound or upper_product
     va, vb = _value(a), _value(b)
     value = product(va, vb)
     parts = []
     if _erring(a):
-        parts.append(_matmul_left(a, vb, value))
+        parts.append(_matmul_left(a, vb, value, bound))
     if _erring(b):
         # (a @ b)^T = b^T @ a^T: b's error carried on the left of a^T
-        parts.append(_transposed(_matmul_left(_transposed(b), va.t(), value.t())))
+        parts.append(_transposed(_matmul_left(_transposed(b), va.t(), value.t(), bound)))
     out = _joined(parts, value)
     n = va.shape[-1]
-    abs_sum = product(va.abs(), vb.abs())
+    abs_sum = bound(va.abs(), vb.abs())
     order = Mixed(U_FP32 * math.sqrt(n / 3) * abs_sum, n * U_FP32 * abs_sum, (True,) * 2)
     mixed = dict(out.mixed)
     mixed[MATH] = mixed[MATH].plus(order) if MATH in mixed else order
@@ -399,10 +403,11 @@ def _transposed(s: Spread) -> Spread:
                    for k, m in s.mixed.items()})
 
 
-def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
+def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor, bound=None) -> Spread:
     """a's error [M, N] carried through a @ w, w exact [N, K]: a point broadcast along N stays
-    exact (its coefficient times w); one varying along N mixes (variances times w^2), and the
-    K outputs of one row share it (not independent along K)."""
+    exact (its coefficient times w); one varying along N mixes (variances times w^2, bounded
+    from above by ``bound``), and the K outputs of one row share it (not independent along K)."""
+    bound = bound or upper_product
     shape = a.shape
     exact: dict = {}
     mixed: dict = {}
@@ -412,12 +417,12 @@ def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
         if src[1] == 1:
             exact[name] = (full @ w, (src[0], value.shape[1]))
             continue
-        m = Mixed(((full.square() / 3) @ w_sq).sqrt(), full.abs() @ w_abs, (src[0] > 1, False))
+        m = Mixed(bound(full.square() / 3, w_sq).sqrt(), bound(full.abs(), w_abs), (src[0] > 1, False))
         mixed[name] = mixed[name].plus(m) if name in mixed else m
     for name, m in a.mixed.items():
         sd, worst = _expand(m.sd, shape), _expand(m.worst, shape)
-        sd = (sd.square() @ w_sq).sqrt() if m.independent[1] and not m.along()[1] else sd @ w_abs
-        r = Mixed(sd, worst @ w_abs, (m.independent[0], False), (m.along()[0], False))
+        sd = bound(sd.square(), w_sq).sqrt() if m.independent[1] and not m.along()[1] else bound(sd, w_abs)
+        r = Mixed(sd, bound(worst, w_abs), (m.independent[0], False), (m.along()[0], False))
         mixed[name] = mixed[name].plus(r) if name in mixed else r
     return Spread(value, exact, mixed)
 
