@@ -56,7 +56,6 @@ from accuracy import allowance
 from accuracy.allowance import SUBNORMAL_STORE, Allowance, DirectionCounts, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.path_errors import path_error_sums
-from accuracy.products import upper_product
 from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, matmul,
                                   rescaled_half_spacing, spread_inputs)
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
@@ -203,13 +202,8 @@ class PieceSpreadOps(SpreadOps):
     def product(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self._products.get((x, y), lambda: x @ y)
 
-    def bound(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``upper_product`` of non-negative x, y, shared the same way (the own model's channels
-        of SwiGLU's dg_in and dfc_in are the full model's: 4 of a piece's 20 products)."""
-        return self._products.get((x, y), lambda: upper_product(x, y), kind="upper")
-
     def matmul(self, a, b) -> Spread:
-        return matmul(a, b, product=self.product, bound=self.bound)
+        return matmul(a, b, product=self.product)
 
 
 class OwnSpreadOps(PieceSpreadOps):
@@ -618,9 +612,8 @@ class _Memo:
         sample = flat[::max(1, flat.numel() // cls.SAMPLES)].contiguous()
         return tuple(t.shape), t.dtype, int(sample.view(torch.uint8).sum(dtype=torch.int64))
 
-    def get(self, args: tuple[torch.Tensor, ...], compute: Callable[[], object], kind: str = ""):
-        """``kind``: what ``compute`` makes of the arguments, where one memo holds several kinds."""
-        prints = (kind, *(self._fingerprint(a) for a in args))
+    def get(self, args: tuple[torch.Tensor, ...], compute: Callable[[], object]):
+        prints = tuple(self._fingerprint(a) for a in args)
         for key, key_prints, result in self._seen:
             if key_prints == prints and all(torch.equal(a, k) for a, k in zip(args, key)):
                 return result

@@ -367,26 +367,24 @@ def sum_over(a: Spread, dim: int) -> Spread:
     return Spread(value, exact, mixed)
 
 
-def matmul(a, b, product=None, bound=None) -> Spread:
+def matmul(a, b, product=None) -> Spread:
     """a @ b for 2-D a [M, N], b [N, K], either a Spread: the error of each carried through the
     other's exact value (first order), summed over N in any FP32 order. ``product(x, y)``: how
-    the value's FP64 product is computed (default x @ y); ``bound(x, y)``: how the model's
-    products of non-negative matrices (variances, worst cases, magnitudes) are bounded from
-    above (default ``accuracy.products.upper_product``: one FP32 product, enlarged by its
-    rounding's bound). A piece's evaluations share both (``accuracy.derived``)."""
+    the value's FP64 product is computed (default x @ y; a piece's evaluations share it,
+    ``accuracy.derived``). The model's products of non-negative matrices (variances, worst
+    cases, magnitudes) are bounded from above by ``accuracy.products.upper_product``."""
     product = product or _product
-    bound = bound or upper_product
     va, vb = _value(a), _value(b)
     value = product(va, vb)
     parts = []
     if _erring(a):
-        parts.append(_matmul_left(a, vb, value, bound))
+        parts.append(_matmul_left(a, vb, value))
     if _erring(b):
         # (a @ b)^T = b^T @ a^T: b's error carried on the left of a^T
-        parts.append(_transposed(_matmul_left(_transposed(b), va.t(), value.t(), bound)))
+        parts.append(_transposed(_matmul_left(_transposed(b), va.t(), value.t())))
     out = _joined(parts, value)
     n = va.shape[-1]
-    abs_sum = bound(va.abs(), vb.abs())
+    abs_sum = upper_product(va.abs(), vb.abs())
     order = Mixed(U_FP32 * math.sqrt(n / 3) * abs_sum, n * U_FP32 * abs_sum, (True,) * 2)
     mixed = dict(out.mixed)
     mixed[MATH] = mixed[MATH].plus(order) if MATH in mixed else order
@@ -405,11 +403,12 @@ def _transposed(s: Spread) -> Spread:
                    for k, m in s.mixed.items()})
 
 
-def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor, bound=None) -> Spread:
+def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
     """a's error [M, N] carried through a @ w, w exact [N, K]: a point broadcast along N stays
     exact (its coefficient times w); one varying along N mixes (variances times w^2, bounded
-    from above by ``bound``), and the K outputs of one row share it (not independent along K)."""
-    bound = bound or upper_product
+    from above by ``upper_product``), and the K outputs of one row share it (not independent
+    along K)."""
+    bound = upper_product
     shape = a.shape
     exact: dict = {}
     mixed: dict = {}

@@ -42,7 +42,6 @@ def test_derived_allowances_do_not_depend_on_the_chunk(monkeypatch):
     give every element's allowance the same bits at --chunk-rows 1024 and 3072. Here the model's
     products are made to depend on their row count, as such a BLAS's may (on this CPU's they do
     not at this shape). Seen failing with the model run a chunk at once."""
-    import accuracy.derived
     import accuracy.propagation
     from accuracy import allowance
     from accuracy.products import upper_product
@@ -51,7 +50,6 @@ def test_derived_allowances_do_not_depend_on_the_chunk(monkeypatch):
     def shape_dependent(x, y, y_scaled=None):
         return upper_product(x, y, y_scaled) * (1 + x.shape[0] * 2.0 ** -40)
     monkeypatch.setattr(accuracy.propagation, "upper_product", shape_dependent)
-    monkeypatch.setattr(accuracy.derived, "upper_product", shape_dependent)
     op = with_derived(operators.get("swiglu_backward"), SWIGLU)
     inputs = make_inputs(CaseSpec(2100, 96, 200, "unit", 0))
     sizes = op.sizes(inputs)
