@@ -597,7 +597,7 @@ def operand_error_sum(lhs: torch.Tensor | None, err: torch.Tensor) -> torch.Tens
 class _Memo:
     """Results keyed by tensors compared by value: a computation whose arguments equal an earlier
     one's (element for element, same shape and dtype) returns the earlier result. Each argument's
-    fingerprint (the bytes of 4096 evenly spaced elements, summed) is compared first: equal
+    fingerprint (the bytes of about 4096 evenly spaced elements, summed) is compared first: equal
     tensors have equal fingerprints, so only a candidate that may be equal is compared whole
     (SwiGLU's dx takes 8 distinct values over its paths: 28 whole comparisons a piece before)."""
 
@@ -608,8 +608,10 @@ class _Memo:
 
     @classmethod
     def _fingerprint(cls, t: torch.Tensor) -> tuple:
-        flat = t.reshape(-1)
-        sample = flat[::max(1, flat.numel() // cls.SAMPLES)].contiguous()
+        """Sampled along each dimension, so a transposed weight is read in place (a flattened view
+        of one is a copy: 2094 copies, 0.32 s of SwiGLU's derived gate at M8192)."""
+        per_dim = max(1, round(cls.SAMPLES ** (1 / t.dim()))) if t.dim() else 1
+        sample = t[tuple(slice(None, None, max(1, n // per_dim)) for n in t.shape)].reshape(-1).contiguous()
         return tuple(t.shape), t.dtype, int(sample.view(torch.uint8).sum(dtype=torch.int64))
 
     def get(self, args: tuple[torch.Tensor, ...], compute: Callable[[], object]):
