@@ -671,6 +671,13 @@ def _rows_into(whole: torch.Tensor | None, part: torch.Tensor, first: int, count
 class _Golden(_Frozen):
     """``Operator.golden``: the chunk under a plan, and the reference's rounding model."""
 
+    # A chunk is evaluated a canonical block at a time, and what the gate reads of the model (each
+    # row output's totals, worst cases by point, own-upstream ones: about 8 FP64 values an element)
+    # is held for the whole chunk: SwiGLU's derived gate at M8192-K512-N1024 peaked at 3.1 GB with
+    # 2048-row chunks and 2.3-2.4 GB with 1024 (7.0-7.6 s against 8.2-10.1 s; the hand gate's
+    # 1.5 GB, 2.6-3.1 s and 1.2 GB, 2.2-2.5 s)
+    max_chunk_rows = REDUCTION_BLOCK
+
     def __init__(self, derived: DerivedMath):
         self.derived = derived
         # the bias paths (none stored, all, each alone) are every combination of up to two points;

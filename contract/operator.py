@@ -85,7 +85,9 @@ class Operator:
     inputs: tuple[TensorDecl, ...]
     outputs: tuple[OutputDecl, ...]
     sizes_from: Mapping[str, tuple[str, int]]
-    golden: object = None         # the module with ``chunk`` and ``term_sums`` (see operators/swiglu_backward/golden.py)
+    # the module with ``chunk`` and ``term_sums`` (see operators/swiglu_backward/golden.py), and
+    # optionally ``max_chunk_rows``: the most rows a default chunk of its pass holds
+    golden: object = None
     gate: object = None           # the module with ``row_allowance``, ``bound``, ``own`` (operators/swiglu_backward/gate.py)
     schedules: object = None      # the module of its schedule type and reference schedules (``goldens.schedule``)
     scales: Mapping = None        # scale profile name -> inputs drawn from (generator, *dimension sizes)

@@ -49,7 +49,8 @@ CHUNK_ELEMENTS = DEFAULT_CHUNK_ROWS * 4096
 
 def chunk_rows_for(operator: Operator, inputs: Mapping[str, torch.Tensor], chunk_rows: int | None = None) -> int:
     """Rows per chunk: ``chunk_rows`` when given, else DEFAULT_CHUNK_ROWS, fewer for outputs (or
-    inputs read whole) wider than CHUNK_ELEMENTS / DEFAULT_CHUNK_ROWS; always a whole number of reduction blocks
+    inputs read whole) wider than CHUNK_ELEMENTS / DEFAULT_CHUNK_ROWS and for a golden that holds
+    more per row (its ``max_chunk_rows``); always a whole number of reduction blocks
     (chunk edges are block edges), so the goldens' bits do not depend on it."""
     if chunk_rows is None:
         sizes = operator.sizes(inputs)
@@ -59,7 +60,8 @@ def chunk_rows_for(operator: Operator, inputs: Mapping[str, torch.Tensor], chunk
         # 1024 rows (one canonical block, the fewest) holds its [rows, N] operands, not 2048
         whole = [t.shape(sizes)[-1] for t in operator.inputs if t.name not in operator.row_inputs]
         width = max([shapes[o][-1] for o in operator.row_outputs] + whole + [1])
-        rows = min(DEFAULT_CHUNK_ROWS, CHUNK_ELEMENTS // width)
+        rows = min(DEFAULT_CHUNK_ROWS, CHUNK_ELEMENTS // width, getattr(operator.golden, "max_chunk_rows", None)
+                   or DEFAULT_CHUNK_ROWS)
         return max(REDUCTION_BLOCK, rows // REDUCTION_BLOCK * REDUCTION_BLOCK)
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be >= 1")
