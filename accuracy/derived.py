@@ -56,6 +56,7 @@ from accuracy import allowance
 from accuracy.allowance import SUBNORMAL_STORE, Allowance, DirectionCounts, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.path_errors import path_error_sums
+from accuracy.products import upper_product
 from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, matmul,
                                   rescaled_half_spacing, spread_inputs)
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
@@ -453,7 +454,10 @@ def operand_parts(lhs: torch.Tensor | None, var: torch.Tensor, worst: torch.Tens
         # one rounded rhs[m, n] moves a whole column n of the [K, N] sum: per column the
         # Cauchy-Schwarz bound sum_m var_mn |lhs[m, :]|^2 (exact for one row)
         shared = lhs[rows].square().sum(1, keepdim=True).t() @ var[rows]
-        out[index] = [l_abs @ mag[rows], l_sq @ var[rows], l_abs.sum(1, keepdim=True), shared, l_abs @ worst[rows]]
+        # the sums of |terms|, their variances and worst cases are bounds: each from one FP32
+        # product bounded from above (``accuracy.products``)
+        out[index] = [upper_product(l_abs, mag[rows]), upper_product(l_sq, var[rows]), l_abs.sum(1, keepdim=True),
+                      shared, upper_product(l_abs, worst[rows])]
     return out
 
 
