@@ -69,6 +69,8 @@ from goldens.stream import GoldenPass
 
 # the element-wise FP32 roundings the diagnosis bound gives a reduction's terms
 BOUND_TERM_OPS = 12
+# a chunk taken in at most this many pieces is left to the golden pass's check after each block
+FEW_PIECES = 8
 
 
 class _Frozen:
@@ -719,12 +721,14 @@ class _Golden(_Frozen):
                 lhs0, rhs0 = operands.get(o, (None, None))
                 operands[o] = (None if lhs is None else _rows_into(lhs0, lhs, a, count), _rows_into(rhs0, rhs, a, count))
             pieces.append(piece)
-            # pieces of many rows (a canonical block each) free a working set of more than 512 MiB
-            # that the next piece takes again: checked after each, it was given back and faulted
-            # in again every piece (SwiGLU M8192-K512-N1024: 8 releases a pass, 10.7-11.8 s against
-            # 7.7-8.8 s without; the block's own check, at 1 GiB, stays). Checked where a wide row
-            # makes pieces of a few rows whose buffers fragment the heap (goldens.heap: why)
-            if step < count and self.derived.row_elements is not None:
+            # A few pieces of many rows free a working set of more than 512 MiB that the next piece
+            # takes again: checked after each, it was given back and faulted in again every piece
+            # (SwiGLU M8192-K512-N1024, one canonical block a piece: 8 releases a pass, 10.7-11.8 s
+            # against 7.7-8.8 s without; RMSNorm M8192-N4096, 4 pieces of 256 rows a chunk: 87
+            # releases, 12.4-13.3 s against 7.1-9.1 s). Checked where a chunk takes many pieces of a
+            # few rows, whose buffers fragment the heap within it (attention at N = 32768: 64
+            # pieces of 16 queries; goldens.heap: why); the block's own check, at 1 GiB, stays
+            if count // step > FEW_PIECES:
                 release_fragments(PIECE_GROWTH_LIMIT)
         out = {o: round_to(v, plan.rounding(o)) for o, v in values.items()} if want_rows else {}
         row_terms = None
