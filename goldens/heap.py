@@ -19,7 +19,7 @@ heap with ``posix_memalign`` and 57 MB (its working set, 54 MB) with ``malloc``.
 0.8 GB mapped apart): 0.5 GB of heap in use and 1.75 GB free around it, RSS growing about 45 MB a
 2048-row block; the gate at the article's case peaked at 7.9 GB there, 3.8 GB on hosts where it
 stayed flat. ``release_fragments`` (the golden pass calls it after each block, a derived golden
-whose wide rows make pieces of a few rows after each piece too: ``PIECE_GROWTH_LIMIT``) gives the pages of
+that takes a chunk in many pieces of a few rows after each piece too: ``PIECE_GROWTH_LIMIT``) gives the pages of
 the heap's free chunks back to the kernel (``malloc_trim``) once the resident free memory has grown
 by ``GROWTH_LIMIT`` (1 GiB) since the last time, and keeps the free top (up to the trim
 threshold), where each block's working set comes back: the article's case's gate then peaks at
