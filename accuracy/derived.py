@@ -166,7 +166,9 @@ def shared_variance(derived: "DerivedMath", inputs64: Mapping[str, torch.Tensor]
         values, _ = derived.evaluate(ops, inputs64)
         out: dict[str, dict[str, torch.Tensor]] = {}
         for o, names in points.items():
-            names = [n for n in names if n in ops.leaves]
+            # in the math's order, never a set's: the shares are summed in this order, and a set of
+            # names iterates in an order that changes with each process's string hashing
+            names = [n for n in ops.leaves if n in names]
             if not names:
                 continue
             r = torch.where(torch.isfinite(exact[o]), exact[o].double(), 0.0)
