@@ -12,22 +12,25 @@ of y is scaled by a power of two (exact) so that its largest element is in [1/2,
 FP32 and multiplied; the result, scaled back, is enlarged by
 
 * the cast and the accumulation: every term is at most (1 + u)^2 its FP32 one (u = 2^-24), and
-  a sum of n non-negative FP32 terms in any order is at least (1 - n u) their exact sum
-  (Higham's gamma_n), so the exact one is at most (1 + (n + 3) u) the computed one;
+  a sum of n non-negative FP32 terms in any order is at least 1 / (1 + gamma_n) their exact sum
+  (Higham's gamma_n = n u / (1 - n u), ``accuracy.bounds.gamma``), so the exact one is at most
+  (1 + gamma_n) (1 + u)^2 the computed one;
 * the underflow: a scaled element below 2^-126 (a value 2^126 below its row's or column's
   largest) may cast to a subnormal or to 0, an absolute error of at most 2^-150, and a product
   or a partial sum among the subnormals one of at most 2^-150 more; n 2^-148 in all, scaled
   back (below 2^-138 times the row's largest x and the column's largest y at n = 1024).
 
 So the result is never below the exact FP64 product: an allowance built on it may grow by
-(n + 3) u relative (6e-5 at n = 1024), never shrink. ``tests/core/test_products.py`` checks it
+about (n + 2) u relative (6e-5 at n = 1024), never shrink. ``tests/core/test_products.py`` checks it
 against FP64 products over 2^250 of dynamic range.
 """
 from __future__ import annotations
 
 import torch
 
-U_FP32 = 2.0 ** -24
+from accuracy.bounds import UNIT_ROUNDOFF, gamma
+
+U_FP32 = UNIT_ROUNDOFF[torch.float32]
 ZERO_EXPONENT = -1000
 
 
@@ -41,20 +44,18 @@ def _scales(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.exp2(-e), torch.exp2(e)
 
 
-def scaled_to_fp32(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _scaled_to_fp32(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``t`` (FP64, non-negative) with each slice along ``dim`` scaled into [0, 1) by a power of
     two (exact), in FP32, and the powers of two that undo it."""
     down, up = _scales(t, dim)
     return (t * down).float(), up
 
 
-def upper_product(x: torch.Tensor, y: torch.Tensor,
-                  y_scaled: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """An upper bound on x @ y (non-negative FP64) from one FP32 product (see the module's
-    docstring); ``y_scaled``: ``scaled_to_fp32(y, 0)`` computed once for a y used again."""
+def upper_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """An upper bound on x @ y (non-negative FP64) from one FP32 product (see the module's docstring)."""
     n = x.shape[-1]
-    xs, x_up = scaled_to_fp32(x, 1)
-    ys, y_up = y_scaled if y_scaled is not None else scaled_to_fp32(y, 0)
+    xs, x_up = _scaled_to_fp32(x, 1)
+    ys, y_up = _scaled_to_fp32(y, 0)
     out = (xs @ ys).double()
-    out.add_(n * 2.0 ** -148).mul_(x_up * (1 + (n + 3) * U_FP32)).mul_(y_up)
+    out.add_(n * 2.0 ** -148).mul_(x_up * ((1 + gamma(n, U_FP32)) * (1 + U_FP32) ** 2)).mul_(y_up)
     return out

@@ -408,7 +408,6 @@ def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
     exact (its coefficient times w); one varying along N mixes (variances times w^2, bounded
     from above by ``upper_product``), and the K outputs of one row share it (not independent
     along K)."""
-    bound = upper_product
     shape = a.shape
     exact: dict = {}
     mixed: dict = {}
@@ -418,12 +417,13 @@ def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
         if src[1] == 1:
             exact[name] = (full @ w, (src[0], value.shape[1]))
             continue
-        m = Mixed(bound(full.square() / 3, w_sq).sqrt(), bound(full.abs(), w_abs), (src[0] > 1, False))
+        m = Mixed(upper_product(full.square() / 3, w_sq).sqrt(), upper_product(full.abs(), w_abs), (src[0] > 1, False))
         mixed[name] = mixed[name].plus(m) if name in mixed else m
     for name, m in a.mixed.items():
         sd, worst = _expand(m.sd, shape), _expand(m.worst, shape)
-        sd = bound(sd.square(), w_sq).sqrt() if m.independent[1] and not m.along()[1] else bound(sd, w_abs)
-        r = Mixed(sd, bound(worst, w_abs), (m.independent[0], False), (m.along()[0], False))
+        sd = (upper_product(sd.square(), w_sq).sqrt() if m.independent[1] and not m.along()[1]
+              else upper_product(sd, w_abs))
+        r = Mixed(sd, upper_product(worst, w_abs), (m.independent[0], False), (m.along()[0], False))
         mixed[name] = mixed[name].plus(r) if name in mixed else r
     return Spread(value, exact, mixed)
 
