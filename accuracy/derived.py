@@ -520,8 +520,6 @@ def _output_spread(s: Spread, exact: torch.Tensor) -> tuple[OutputSpread, list]:
             independent = independent + sd.square()
         else:
             bounded.append((name, _per_row((r.abs() * sd).sum(dims, keepdim=True).square(), shape[0])))
-    if not bounded:     # every rounding independent per element (dg, dfc): the same sums in the same order
-        independent = s.variance()
     spread = OutputSpread(s.variance(), s.worst(), s.worst_by_point(), independent, None,
                           mixed_var.expand(shape), mixed_worst.expand(shape))
     return spread, bounded
