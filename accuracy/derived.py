@@ -902,11 +902,6 @@ class _Gate(_Frozen):
                             for o, (lhs, rhs) in operands.items() if o in self.derived.own})
 
 
-def with_derived(operator, derived: DerivedMath):
-    """``operator`` judged by ``derived``'s golden, gate and schedules (the hand models' cross-check)."""
-    return replace(operator, golden=derived.golden, gate=derived.gate, schedules=derived.schedules)
-
-
 def reference_and_allowances(operator, inputs: Mapping[str, torch.Tensor]) -> tuple[dict, dict]:
     """Every output of the FP64 reference over a whole case, and every element's allowance against
     it as the gate computes it: the row outputs block by block from the reference's golden pass,

@@ -16,6 +16,9 @@ from contract.operator import Operator
 DEFAULT = "swiglu_backward"
 OPERATORS = {"swiglu_backward": "operators.swiglu_backward",
              "rmsnorm_backward": "operators.rmsnorm_backward",
+             # the same operators judged by the allowances their math derives (accuracy.derived_switch)
+             "swiglu_backward_derived": "operators.swiglu_backward.derived",
+             "rmsnorm_backward_derived": "operators.rmsnorm_backward.derived",
              "bias_gelu_backward": "operators.bias_gelu_backward",
              "attention": "operators.attention",
              "attention_causal": "operators.attention.causal",

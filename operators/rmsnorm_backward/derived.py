@@ -4,7 +4,8 @@ the allowances. ``benchmarks/derived_vs_hand.py`` compares the two element by el
 from __future__ import annotations
 
 from accuracy.derived import DerivedMath
-from operators.rmsnorm_backward import OPERATOR
+from accuracy.derived_switch import with_derived
+from operators.rmsnorm_backward import OPERATOR as HAND
 from operators.rmsnorm_backward.math import EPS
 
 # rstd is FP32 (saved by the forward or recomputed): FP32 math, not a BF16 point
@@ -26,4 +27,8 @@ def backward(ops, t):
 # The model's element-wise work in blocks of 2^20 elements (256 rows at N = 4096): its FP64
 # intermediates stay below the allocator's mmap threshold (``goldens.heap``), reused instead of
 # page-faulted afresh; the acceptance case's gate 75 s -> 33-38 s (one thread, 2026-12-05)
-DERIVED = DerivedMath(backward, POINTS, OPERATOR.outputs, operand_points={"dw": "dw_term"}, row_elements=1 << 20)
+DERIVED = DerivedMath(backward, POINTS, HAND.outputs, operand_points={"dw": "dw_term"}, row_elements=1 << 20)
+
+# ``--operator rmsnorm_backward_derived``: RMSNorm's kernels, schedules and diagnosis layers, judged
+# by the derived allowances (``accuracy.derived_switch``); its plans name the derived math's points
+OPERATOR = with_derived(HAND, DERIVED, name="rmsnorm_backward_derived")

@@ -4,7 +4,8 @@ allowances. ``benchmarks/derived_vs_hand.py`` compares the two element by elemen
 from __future__ import annotations
 
 from accuracy.derived import DerivedMath
-from operators.swiglu_backward import OPERATOR
+from accuracy.derived_switch import with_derived
+from operators.swiglu_backward import OPERATOR as HAND
 
 POINTS = {"dy_fc": "dy*fc stored in BF16 before dg (PyTorch's grad of silu(g))",
           "silu_g": "silu(g) stored in BF16 before dfc (PyTorch's saved forward output)",
@@ -25,8 +26,28 @@ def backward(ops, t):
             {"db_g": (None, dg_in), "db_fc": (None, dfc_in), "dw_g": (x, dg_in), "dw_fc": (x, dfc_in)})
 
 
-DERIVED = DerivedMath(backward, POINTS, OPERATOR.outputs,
+DERIVED = DerivedMath(backward, POINTS, HAND.outputs,
                       operand_points={"db_g": "dg_in", "db_fc": "dfc_in", "dw_g": "dg_in", "dw_fc": "dfc_in"},
                       reused={"dg_in": "dg", "dfc_in": "dfc"},
                       own={"db_g": ("dg",), "db_fc": ("dfc",), "dw_g": ("dg",), "dw_fc": ("dfc",),
                            "dx": ("dg", "dfc")})
+
+
+# The derived math's points under SwiGLU's own RoundingPlan (``goldens.schedule``'s forms): dg_in and
+# dfc_in are dg and dfc as stored, except where the plan's b kernel sums them as computed
+# (``db_input = "math"``, the article's); dx's two products are its dx_product; db and dw store at
+# their kernels' points
+_PLAN_POINT = {"dg_in": "dg", "dfc_in": "dfc", "dx_g": "dx_product", "dx_fc": "dx_product",
+               "db_g": "db", "db_fc": "db", "dw_g": "dw", "dw_fc": "dw"}
+
+
+def rounding_in(plan, point: str, output: str):
+    """The dtype SwiGLU's ``plan`` stores the derived math's ``point`` in, as ``output`` reads it."""
+    if point in ("dg_in", "dfc_in") and output in ("db_g", "db_fc") and plan.db_input == "math":
+        return None
+    return plan.rounding(_PLAN_POINT.get(point, point))
+
+
+# ``--operator swiglu_backward_derived``: SwiGLU's kernels, schedules and diagnosis layers, judged by
+# the derived allowances (``accuracy.derived_switch``)
+OPERATOR = with_derived(HAND, DERIVED, rounding_in=rounding_in, name="swiglu_backward_derived")

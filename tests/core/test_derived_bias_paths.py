@@ -6,7 +6,7 @@ import torch
 
 import operators
 from accuracy.allowance import SCALE_BIAS
-from accuracy.derived import with_derived
+from accuracy.derived_switch import with_derived
 from cases.matrix import quick_cases
 from cases.spec import make_inputs
 from goldens.stream import GoldenPass

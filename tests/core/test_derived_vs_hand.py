@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import operators
-from accuracy.derived import case_allowances, with_derived
+from accuracy.derived import case_allowances
+from accuracy.derived_switch import with_derived
 from cases.spec import CaseSpec, make_inputs
 from operators.rmsnorm_backward.derived import DERIVED as RMSNORM
 from operators.swiglu_backward.derived import DERIVED as SWIGLU
@@ -67,7 +68,7 @@ def test_derived_allowances_do_not_depend_on_the_chunk(monkeypatch):
 
 _SHARED_ROWS_DIGEST = """
 import hashlib, operators
-from accuracy.derived import with_derived
+from accuracy.derived_switch import with_derived
 from cases.spec import CaseSpec, make_inputs
 from goldens.stream import GoldenPass
 from operators.swiglu_backward.derived import DERIVED
