@@ -347,6 +347,9 @@ class DerivedTermSums(ReductionTermSums):
         self._col_num: dict = {}      # row output -> path -> per-column numerator
         self._den: dict = {}          # row output -> sum exact^2
         self._err_sums: dict = {}     # reduction -> path -> its operands' errors summed over M
+        # row outputs of a reductions-only pass (``GoldenPass(rows=False)``: the drift study): their
+        # paths' sums were not taken, so their bias is not known and is refused, never read as 0
+        self.rows_not_summed: set[str] = set()
 
     def add_exact(self, output: str, exact: torch.Tensor) -> None:
         """Some rows of a row output's exact values (non-finite ones as 0): the fitted scale's denominator."""
@@ -390,7 +393,13 @@ class DerivedTermSums(ReductionTermSums):
     def scale_bias(self, output: str, exact: torch.Tensor | None = None) -> float:
         """The largest |fitted scale| a legitimate path's roundings give ``output`` on this data, not
         below its ``floor``."""
+        self._check_summed(output)
         return max(self.floor(output), self._path_bias(output, exact))
+
+    def _check_summed(self, output: str) -> None:
+        if output in self.rows_not_summed:
+            raise ValueError(f"row output {output!r}: its legitimate paths' bias was not summed in a "
+                             f"reductions-only pass (rows=False)")
 
     def _path_bias(self, output: str, exact: torch.Tensor | None) -> float:
         if output in self._row_num:
@@ -408,6 +417,7 @@ class DerivedTermSums(ReductionTermSums):
 
     def local_bias(self, output: str, exact: torch.Tensor | None = None) -> dict | None:
         """``scale_bias``'s numerators per row and per column of the output, one row per path."""
+        self._check_summed(output)
         if output in self._row_num:
             paths = list(self._row_num[output])
             return {"rows": torch.stack([torch.cat(self._row_num[output][p]) for p in paths]).numpy(),
@@ -540,6 +550,46 @@ def with_shared(spread: OutputSpread, bounded: list, shared_exact: Mapping[str, 
     return spread
 
 
+class _NotEvaluated:
+    """A value only row outputs read, left out of a reductions-only pass: every operation on it is
+    itself."""
+
+    def _itself(self, *args):
+        return self
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _itself
+    __truediv__ = __rtruediv__ = __matmul__ = __rmatmul__ = __neg__ = t = square = _itself
+
+    def __repr__(self):
+        return "NOT_EVALUATED"
+
+
+NOT_EVALUATED = _NotEvaluated()
+
+
+class _ReductionsOnly:
+    """An ``ops`` whose matmuls are left out (``NOT_EVALUATED``), and whose every other operation
+    on a value left out is left out too."""
+
+    def __init__(self, ops):
+        self._ops = ops
+
+    @staticmethod
+    def matmul(a, b):
+        return NOT_EVALUATED
+
+    def __getattr__(self, name):
+        attr = getattr(self._ops, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            if any(a is NOT_EVALUATED for a in (*args, *kwargs.values())):
+                return NOT_EVALUATED
+            return attr(*args, **kwargs)
+        return call
+
+
 class DerivedMath(_Frozen):
     """An operator's math with its rounding points (see the module's docstring). ``points``:
     name -> what a kernel may store there; ``outputs``: the operator's output declarations
@@ -605,8 +655,22 @@ class DerivedMath(_Frozen):
         rows = REDUCTION_BLOCK if self.row_elements is None else max(1, self.row_elements // width)
         return min(1 << (rows.bit_length() - 1), REDUCTION_BLOCK)
 
-    def evaluate(self, ops, inputs: Mapping) -> tuple[dict, dict]:
-        rows, operands = self.math(ops, dict(inputs))
+    def evaluate(self, ops, inputs: Mapping, want_rows: bool = True) -> tuple[dict, dict]:
+        """The math under ``ops``: its row outputs and its reductions' operands. ``want_rows=False``
+        (a reductions-only pass: the drift study's): the matmuls are first left out, as the hand
+        golden leaves out SwiGLU's dx products; a row output they reach comes back as
+        ``NOT_EVALUATED``. A math whose reductions read a matmul, or that computes with such a
+        value outside ``ops`` (a mask from it), is evaluated whole instead."""
+        if not want_rows:
+            try:
+                rows, operands = self._checked(*self.math(_ReductionsOnly(ops), dict(inputs)))
+            except Exception:     # noqa: BLE001 - a value left out met an operation ops does not wrap
+                rows = operands = None
+            if operands is not None and not any(x is NOT_EVALUATED for pair in operands.values() for x in pair):
+                return rows, operands
+        return self._checked(*self.math(ops, dict(inputs)))
+
+    def _checked(self, rows: dict, operands: dict) -> tuple[dict, dict]:
         row_names = {o.name for o in self.output_decls if o.kind == "rows"}
         if set(rows) != row_names or set(operands) != set(self.outputs) - row_names:
             raise ValueError(f"the math returned rows {sorted(rows)} and reductions {sorted(operands)}; the "
@@ -757,12 +821,16 @@ class _Golden(_Frozen):
         # the reference's FP64 products, which the rounding model's and the own model's values repeat
         products = _Memo()
         ops = _PathOps(plan, products)
-        values, operands = self.derived.evaluate(ops, inputs)
+        values, operands = self.derived.evaluate(ops, inputs, want_rows)
+        if not want_rows:
+            values = {}
         rescaled = ops.rescaled
         piece = {"values": values, "operands": operands}
         if terms is None:
             return piece
-        spreads, spread_operands = self.derived.evaluate(PieceSpreadOps(products), spread_inputs(inputs))
+        spreads, spread_operands = self.derived.evaluate(PieceSpreadOps(products), spread_inputs(inputs), want_rows)
+        if not want_rows:
+            spreads = {}
         for o, sp in spreads.items():
             terms.note_reach(o, _points_in(sp), rescaled)
         for o, (lhs, rhs) in spread_operands.items():
@@ -789,7 +857,9 @@ class _Golden(_Frozen):
                 del own_spreads
         del spreads
         ops = products = None     # the reference's products and their operands, shared up to here
-        piece["directions"] = self._add_path_bias(terms, inputs, values, operands)
+        piece["directions"] = self._add_path_bias(terms, inputs, values, operands, want_rows)
+        if not want_rows:
+            terms.rows_not_summed |= {o.name for o in self.derived.output_decls if o.kind == "rows"}
         return piece
 
     def _own_spreads(self, rows: Mapping, inputs: Mapping, products: "_Memo") -> dict:
@@ -812,11 +882,12 @@ class _Golden(_Frozen):
             spreads, _ = self.derived.evaluate(OwnSpreadOps(reused, products), spread_inputs(inputs))
         return spreads
 
-    def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands) -> dict:
+    def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands, want_rows: bool = True) -> dict:
         """Round to nearest is biased on some data (an exact product of two BF16 values rounds
         toward zero more often than away): each legitimate path (``DerivedMath.bias_paths``) run
         in FP32 as a kernel runs it, its stored outputs' and its operands' errors against the
-        exact values kept for the fitted scale. Returns each (row output, path)'s rounding-direction
+        exact values kept for the fitted scale (the row outputs of ``exact_rows`` only: none in a
+        reductions-only pass). Returns each (row output, path)'s rounding-direction
         counts, which the direction test's allowance judges: where a path is one-sided that test
         cannot tell a biased store from a legitimate path, and the fitted scale (which allows the
         paths' bias) judges the direction alone."""
@@ -832,8 +903,10 @@ class _Golden(_Frozen):
         for o, v in finite.items():
             terms.add_exact(o, v)
         for path, plan in self.derived.bias_paths().items():
-            values, operands = self.derived.evaluate(_PathOps(plan, matmuls), f32)
+            values, operands = self.derived.evaluate(_PathOps(plan, matmuls), f32, want_rows)
             for o, v in values.items():
+                if o not in row_sums:
+                    continue
                 rows, cols, counts[(o, path)] = row_sums[o].get(
                     (v,), lambda o=o, v=v: path_error_sums(v, finite[o], plan.rounding(o)))
                 terms.add_path_rows(o, path, rows, cols)

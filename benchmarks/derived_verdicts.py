@@ -7,9 +7,9 @@ SwiGLU backward's correct and wrong kernels (those of ``benchmarks/false_alarms.
 backward's (its reference backends and ``operators.rmsnorm_backward.mutants``) run at their
 quick profile's small cases over N seeds; each backend x case x output is judged twice by the
 matrix's own gate (``compare_case`` without the diagnosis layers, ``gated_verdicts``): with the
-operator's hand model, and with the golden, gate and schedules derived from its math
-(``operators.<name>.derived``). The derived gate has no own-upstream checks (SwiGLU's db, dw,
-dx recomputed from its own dg, dfc): a verdict that only those made is listed apart.
+operator's hand model, and with the reference and allowances derived from its math
+(``operators.<name>.derived``; its own golden and schedules serve the rest,
+``accuracy.derived_switch``).
 
 Printed: per backend, the outputs failed under each model, every (case, output) whose verdict
 differs, and the detection floors of the first correct backend's cells under each (the smallest

@@ -13,6 +13,7 @@ compare, the backend's outputs too).
     python benchmarks/seed_case.py --m 32768       # a smaller M for a quick look
     python benchmarks/seed_case.py --json out.json # the table as one JSON object too
     python benchmarks/seed_case.py --markdown out.json   # docs/performance.md's table from it
+    python benchmarks/seed_case.py --operator swiglu_backward_derived --stages backend gate compare
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ from goldens.threads import COMPARISON_THREADS, comparison_threads  # noqa: E402
 # gate: the verdict alone (``compare_case(..., diagnose=False)``, the same verdicts)
 # backend: torch-eager alone on the case's inputs (its peak RSS is the floor the framework adds to)
 STAGES = ("fp64", "faithful", "tiled", "backend", "gate", "compare")
+# the SwiGLU backward judged by its hand model, or by the allowances its math derives (the same
+# goldens for every stage but gate and compare: ``accuracy.derived_switch``)
+OPERATORS = ("swiglu_backward", "swiglu_backward_derived")
 DTYPE_BYTES = {torch.float64: 8, torch.float32: 4, torch.bfloat16: 2}
 
 
@@ -107,14 +111,15 @@ def work(stage: str, m: int, k: int, n: int) -> dict:
     return {"flops": flops, "bytes": nbytes}
 
 
-def run_stage(stage: str, m: int, k: int, n: int) -> dict:
+def run_stage(stage: str, m: int, k: int, n: int, operator: str = "swiglu_backward") -> dict:
     from accuracy.compare import compare_case
     from cases.spec import CaseSpec, make_inputs
     from goldens.stream import GoldenPass
     from operators.swiglu_backward.schedule import ARTICLE
     from operators.swiglu_backward.kernels.torch_autograd import TORCH_BF16, torch_eager
     from goldens.heap import keep_freed_memory
-    from operators.swiglu_backward import OPERATOR as SWIGLU
+    import operators
+    SWIGLU = operators.get(operator)
 
     keep_freed_memory()          # as the case matrix's processes do (cases/plugin.py)
     inputs = make_inputs(CaseSpec(m, k, n, "seed", 0, operator=SWIGLU))
@@ -172,12 +177,15 @@ def main() -> None:
     parser.add_argument("--json", help="also write the table as one JSON object to this file")
     parser.add_argument("--markdown", metavar="JSON", help="print docs/performance.md's table from a --json report and exit")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES), help="the stages to run (default: all)")
+    parser.add_argument("--operator", choices=OPERATORS, default=OPERATORS[0],
+                        help="judged by the hand model (default) or by the allowances its math derives")
     args = parser.parse_args()
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return
     if args.stage:
-        print(json.dumps(run_stage(args.stage, args.m, args.k, args.n)))
+        print(json.dumps(run_stage(args.stage, args.m, args.k, args.n, args.operator)))
         return
 
     # The machine's rates, measured before and after the stages: on a shared host one measurement
@@ -185,9 +193,9 @@ def main() -> None:
     # measurement shrinks every ratio. The faster of the two sets the roofline: the stricter ratio.
     measured = [machine_rates()]
     results = {}
-    for stage in STAGES:
+    for stage in args.stages:
         proc = subprocess.run([sys.executable, __file__, "--stage", stage, "--m", str(args.m), "--k", str(args.k),
-                               "--n", str(args.n)], capture_output=True, text=True, cwd=ROOT)
+                               "--n", str(args.n), "--operator", args.operator], capture_output=True, text=True, cwd=ROOT)
         results[stage] = proc
     measured.append(machine_rates())
     rates = {dt: max(m["matmul"][dt] for m in measured) for dt in measured[0]["matmul"]}
@@ -204,7 +212,7 @@ def main() -> None:
           + f"; copy {bandwidth1 / 1e9:.1f} GB/s")
     print(f"case M={args.m} K={args.k} N={args.n}")
     print(f"{'stage':<10}{'wall s':>9}{'roofline s':>12}{'ratio':>8}{'peak RSS GB':>13}")
-    report = {"m": args.m, "k": args.k, "n": args.n, "threads": torch.get_num_threads(),
+    report = {"m": args.m, "k": args.k, "n": args.n, "operator": args.operator, "threads": torch.get_num_threads(),
               "matmul_gflops": {str(dt).replace("torch.", ""): r / 1e9 for dt, r in rates.items()},
               "copy_gbps": bandwidth / 1e9,
               "comparison": {"threads": COMPARISON_THREADS, "stages": list(COMPARISON_STAGES), "copy_gbps": bandwidth1 / 1e9,
