@@ -1,6 +1,7 @@
 """RMSNorm backward as math and rounding points only (``accuracy.derived``): the same legitimate
 choices as the hand model of ``operators.rmsnorm_backward.gate``, from which the framework derives
-the allowances. ``benchmarks/derived_vs_hand.py`` compares the two element by element."""
+the allowances. ``benchmarks/derived_vs_hand.py`` compares the two element by element; ``OPERATOR`` (``--operator
+rmsnorm_backward_derived``) is the operator's kernels and schedules judged by them."""
 from __future__ import annotations
 
 from accuracy.derived import DerivedMath

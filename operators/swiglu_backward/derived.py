@@ -1,7 +1,10 @@
 """SwiGLU backward as math and rounding points only (``accuracy.derived``): the legitimate choices
 of the hand model (``operators.swiglu_backward.gate``), from which the framework derives the
-allowances. ``benchmarks/derived_vs_hand.py`` compares the two element by element."""
+allowances. ``benchmarks/derived_vs_hand.py`` compares the two element by element; ``OPERATOR`` (``--operator
+swiglu_backward_derived``) is the operator's kernels and schedules judged by them."""
 from __future__ import annotations
+
+from types import MappingProxyType
 
 from accuracy.derived import DerivedMath
 from accuracy.derived_switch import with_derived
@@ -37,8 +40,8 @@ DERIVED = DerivedMath(backward, POINTS, HAND.outputs,
 # dfc_in are dg and dfc as stored, except where the plan's b kernel sums them as computed
 # (``db_input = "math"``, the article's); dx's two products are its dx_product; db and dw store at
 # their kernels' points
-_PLAN_POINT = {"dg_in": "dg", "dfc_in": "dfc", "dx_g": "dx_product", "dx_fc": "dx_product",
-               "db_g": "db", "db_fc": "db", "dw_g": "dw", "dw_fc": "dw"}
+_PLAN_POINT = MappingProxyType({"dg_in": "dg", "dfc_in": "dfc", "dx_g": "dx_product", "dx_fc": "dx_product",
+                                "db_g": "db", "db_fc": "db", "dw_g": "dw", "dw_fc": "dw"})
 
 
 def rounding_in(plan, point: str, output: str):
