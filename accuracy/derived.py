@@ -140,14 +140,19 @@ class TensorOps:
 
 
 class _ReverseOps(TensorOps):
-    """FP64 math with a zero perturbation at every point, for the reverse pass that gives each
-    point's exact share of the fitted scale's variance (``shared_variance``)."""
+    """FP64 math with a zero perturbation at each of the ``wanted`` points, for the reverse pass
+    that gives each point's exact share of the fitted scale's variance (``shared_variance``). A
+    point no output shares is no leaf: the graph keeps nothing for it (SwiGLU's dx_g, dx_fc,
+    independent per element of dx)."""
 
-    def __init__(self):
+    def __init__(self, wanted: frozenset):
+        self.wanted = wanted
         self.leaves: dict[str, torch.Tensor] = {}
         self.half: dict[str, torch.Tensor] = {}
 
     def store(self, name: str, x: torch.Tensor, rescaled: bool = False) -> torch.Tensor:
+        if name not in self.wanted:
+            return x
         self.half[name] = (rescaled_half_spacing if rescaled else half_spacing)(x.detach())
         self.leaves[name] = torch.zeros_like(x, requires_grad=True)
         return x + self.leaves[name]
@@ -161,10 +166,11 @@ def shared_variance(derived: "DerivedMath", inputs64: Mapping[str, torch.Tensor]
     can only bound the rows' shared part)."""
     if not any(points.values()):
         return {}
-    ops = _ReverseOps()
+    ops = _ReverseOps(frozenset().union(*points.values()))
     with torch.enable_grad():
         values, _ = derived.evaluate(ops, inputs64)
         out: dict[str, dict[str, torch.Tensor]] = {}
+        last = [o for o, names in points.items() if any(n in ops.leaves for n in names)][-1:]
         for o, names in points.items():
             # in the math's order, never a set's: the shares are summed in this order, and a set of
             # names iterates in an order that changes with each process's string hashing
@@ -173,7 +179,8 @@ def shared_variance(derived: "DerivedMath", inputs64: Mapping[str, torch.Tensor]
                 continue
             r = torch.where(torch.isfinite(exact[o]), exact[o].double(), 0.0)
             numerator = (values[o] * r).sum()
-            grads = torch.autograd.grad(numerator, [ops.leaves[n] for n in names], retain_graph=True,
+            # the graph goes with the last output's gradients
+            grads = torch.autograd.grad(numerator, [ops.leaves[n] for n in names], retain_graph=[o] != last,
                                         allow_unused=True)
             rows = r.shape[0]
             out[o] = {n: _per_row(torch.zeros(1, 1, dtype=torch.float64) if g is None
