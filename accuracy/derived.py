@@ -629,6 +629,7 @@ class DerivedMath(_Frozen):
             raise ValueError(f"own-upstream checks read {sorted(unknown)}, which no reused point stores")
         self.output_decls = tuple(outputs)
         self.outputs = tuple(o.name for o in outputs)
+        self.row_outputs = frozenset(o.name for o in outputs if o.kind == "rows")
         self.kernel_of = MappingProxyType({o.name: o.kernel for o in outputs if o.kernel is not None})
         self.operand_points = MappingProxyType(dict(operand_points or {}))
         kernels = tuple(dict.fromkeys(self.kernel_of.values()))
@@ -678,7 +679,7 @@ class DerivedMath(_Frozen):
         return self._checked(*self.math(ops, dict(inputs)))
 
     def _checked(self, rows: dict, operands: dict) -> tuple[dict, dict]:
-        row_names = {o.name for o in self.output_decls if o.kind == "rows"}
+        row_names = self.row_outputs
         if set(rows) != row_names or set(operands) != set(self.outputs) - row_names:
             raise ValueError(f"the math returned rows {sorted(rows)} and reductions {sorted(operands)}; the "
                              f"operator declares rows {sorted(row_names)} and reductions "
@@ -866,7 +867,7 @@ class _Golden(_Frozen):
         ops = products = None     # the reference's products and their operands, shared up to here
         piece["directions"] = self._add_path_bias(terms, inputs, values, operands, want_rows)
         if not want_rows:
-            terms.rows_not_summed |= {o.name for o in self.derived.output_decls if o.kind == "rows"}
+            terms.rows_not_summed |= self.derived.row_outputs
         return piece
 
     def _own_spreads(self, rows: Mapping, inputs: Mapping, products: "_Memo") -> dict:

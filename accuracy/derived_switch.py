@@ -46,13 +46,11 @@ class _PlanAsRead:
 
 
 class _ScheduleAsRead:
-    """The operator's schedule with its plan as one output reads it (tiles, accumulators as declared)."""
+    """The operator's schedule with its plan as one output reads it: what ``accuracy.bounds.
+    reduction_bound`` reads (its tiles' count and accumulators as declared)."""
 
     def __init__(self, sched, output: str, rounding_in: RoundingIn):
-        self.name, self.plan, self._sched = sched.name, _PlanAsRead(sched.plan, output, rounding_in), sched
-
-    def tile_m(self, kernel: str) -> int | None:
-        return self._sched.tile_m(kernel)
+        self.plan, self._sched = _PlanAsRead(sched.plan, output, rounding_in), sched
 
     def accumulator(self, kernel: str) -> torch.dtype:
         return self._sched.accumulator(kernel)
