@@ -96,3 +96,21 @@ def test_the_fitted_scales_shared_variance_does_not_depend_on_string_hashing():
                              env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}, check=True)
         digests.add(out.stdout.strip().splitlines()[-1])
     assert len(digests) == 1, digests
+
+
+def test_the_reverse_pass_reuses_the_pieces_products_and_differentiates_them_as_matmuls():
+    """``_ReverseOps`` takes a product's value from the piece's memo (the reference computed it) and
+    its gradients as a @ b's on either side: the memo's value is used (one product computed for two
+    lookups of equal values), and gradcheck holds for left, right and both factors erring."""
+    from accuracy.derived import _Memo, _ReusedProduct
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(5, 7, generator=g, dtype=torch.float64)
+    b = torch.randn(7, 3, generator=g, dtype=torch.float64)
+    memo, calls = _Memo(), []
+    memo.get((a, b), lambda: calls.append(1) or a @ b)
+    leaf = torch.zeros_like(a, requires_grad=True)
+    out = _ReusedProduct.apply(a + leaf, b, memo)
+    assert calls == [1] and torch.equal(out.detach(), a @ b)
+    for left, right in ((True, False), (False, True), (True, True)):
+        x, y = a.clone().requires_grad_(left), b.clone().requires_grad_(right)
+        assert torch.autograd.gradcheck(lambda x, y: _ReusedProduct.apply(x, y, _Memo()), (x, y))

@@ -1,7 +1,8 @@
-"""``accuracy.products.upper_product``: never below the exact product, by at most its stated margin."""
+"""``accuracy.products``: ``upper_product`` never below the exact product, by at most its stated
+margin; ``scaled_product`` within FP32's accumulation error of it, at any scale."""
 import torch
 
-from accuracy.products import U_FP32, upper_product
+from accuracy.products import U_FP32, scaled_product, upper_product
 
 
 def _wide(rows: int, cols: int, spread: int, seed: int) -> torch.Tensor:
@@ -44,3 +45,24 @@ def test_ranges_beyond_fp32_in_both_factors_stay_an_upper_bound():
     x = torch.tensor([[1.0, 2.0 ** -200, 3.0]], dtype=torch.float64)
     y = torch.tensor([[0.5], [2.0 ** 190], [0.25]], dtype=torch.float64)
     assert float(upper_product(x, y)) >= float(x @ y)
+
+
+def test_the_scaled_estimate_is_fp32_accurate_at_any_scale_and_sign():
+    """Signed factors whose rows and columns sit far outside FP32's range (a path's operand errors
+    at the tiny profile are ~2^-133; here 2^-160 and 2^150): each element within gamma_n of the sum of |terms|, as an FP32
+    product of in-range factors would be, where an unscaled FP32 product loses them to zero."""
+    n = 1024
+    g = torch.Generator().manual_seed(2)
+    sign_x = torch.where(torch.rand(64, n, generator=g) < 0.5, -1.0, 1.0).double()
+    sign_y = torch.where(torch.rand(n, 48, generator=g) < 0.5, -1.0, 1.0).double()
+    x, y = _wide(64, n, 30, 3) * sign_x, _wide(n, 48, 30, 4) * sign_y
+    x[3] *= 2.0 ** -160
+    y[:, 5] *= 2.0 ** 150
+    x[7] = 0.0
+    exact = x @ y
+    estimate = scaled_product(x, y)
+    margin = 2 * n * U_FP32 * (x.abs() @ y.abs())
+    assert bool(((estimate - exact).abs() <= margin).all())
+    assert float(estimate[7].abs().max()) == 0.0
+    assert float((x.float() @ y.float()).double()[3, :5].abs().max()) == 0.0     # what the scaling keeps
+    assert float(estimate[3].abs().min()) > 0.0
