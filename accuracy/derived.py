@@ -229,18 +229,24 @@ class OwnTensorOps(TensorOps):
 
 
 class PieceSpreadOps(SpreadOps):
-    """``SpreadOps`` whose FP64 products (a matmul's value and magnitudes) are looked up in a
-    piece's memo first: the reference, the rounding model and the own model multiply the same
-    values (SwiGLU's dg @ w_g^T three times, |dg| @ |w_g^T| twice)."""
+    """``SpreadOps`` whose FP64 products (a matmul's value) and upper products (its magnitudes,
+    variances and worst cases) are looked up in a piece's memos first: the reference, the rounding
+    model and the own model multiply the same values (SwiGLU's dg @ w_g^T three times; the own
+    model's three upper products of each of dx's matmuls, |dg| @ |w_g^T| and dg_in's rounding's
+    two, are the rounding model's)."""
 
-    def __init__(self, products: "_Memo | None" = None):
+    def __init__(self, products: "_Memo | None" = None, uppers: "_Memo | None" = None):
         self._products = products if products is not None else _Memo()
+        self._uppers = uppers
 
     def product(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self._products.get((x, y), lambda: x @ y)
 
+    def upper(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return upper_product(x, y) if self._uppers is None else self._uppers.get((x, y), lambda: upper_product(x, y))
+
     def matmul(self, a, b) -> Spread:
-        return matmul(a, b, product=self.product)
+        return matmul(a, b, product=self.product, upper=self.upper)
 
 
 class OwnSpreadOps(PieceSpreadOps):
@@ -248,8 +254,8 @@ class OwnSpreadOps(PieceSpreadOps):
     is taken as it is (its upstream errors are in it), and the point's own rounding stays (the
     kernel may have used its unrounded value downstream)."""
 
-    def __init__(self, reused: Mapping[str, str], products: "_Memo | None" = None):
-        super().__init__(products)
+    def __init__(self, reused: Mapping[str, str], products: "_Memo | None" = None, uppers: "_Memo | None" = None):
+        super().__init__(products, uppers)
         self.reused = reused
 
     def store(self, name: str, x, rescaled: bool = False):
@@ -863,7 +869,18 @@ class _Golden(_Frozen):
         piece = {"values": values, "operands": operands}
         if terms is None:
             return piece
-        spreads, spread_operands = self.derived.evaluate(PieceSpreadOps(products), spread_inputs(inputs), want_rows)
+        # the own model first: its upper products are the rounding model's, which finds them in
+        # ``uppers`` (the memo then holds the own model's few operands, not the rounding model's many)
+        uppers = _Memo()
+        own = {}
+        if want_rows and self.derived.own:
+            own_spreads = self._own_spreads(rows, inputs, products, uppers)
+            own = {o: with_shared(*_output_spread(own_spreads.pop(o), values[o]))
+                   for o in self.derived.own if o in self.derived.row_outputs}
+            del own_spreads
+        spreads, spread_operands = self.derived.evaluate(PieceSpreadOps(products, uppers), spread_inputs(inputs),
+                                                         want_rows)
+        uppers = None
         if not want_rows:
             spreads = {}
         for o, sp in spreads.items():
@@ -884,20 +901,16 @@ class _Golden(_Frozen):
             exact_shared = shared_variance(self.derived, inputs, values, points, products)
             piece["spreads"] = {o: with_shared(sp, bounded, exact_shared.get(o)) for o, (sp, bounded) in partial.items()}
             del partial, exact_shared
-            if self.derived.own:
-                own_spreads = self._own_spreads(rows, inputs, products)
-                for o in self.derived.own:
-                    if o in piece["spreads"]:
-                        piece["spreads"][o].own = with_shared(*_output_spread(own_spreads.pop(o), values[o]))
-                del own_spreads
-        del spreads
+            for o, own_spread in own.items():
+                piece["spreads"][o].own = own_spread
+        del spreads, own
         ops = products = None     # the reference's products and their operands, shared up to here
         piece["directions"] = self._add_path_bias(terms, inputs, values, operands, want_rows)
         if not want_rows:
             terms.rows_not_summed |= self.derived.row_outputs
         return piece
 
-    def _own_spreads(self, rows: Mapping, inputs: Mapping, products: "_Memo") -> dict:
+    def _own_spreads(self, rows: Mapping, inputs: Mapping, products: "_Memo", uppers: "_Memo | None" = None) -> dict:
         """The own-upstream outputs' rounding model (``OwnSpreadOps``), by ``ValueFirstOwnOps`` where
         that gives the same on the operator's first two rows (checked once per operator: whether its
         own outputs read an erring value other than through a reused point is the math's structure)."""
@@ -911,10 +924,10 @@ class _Golden(_Frozen):
                 and set(fast[o].mixed) == set(full[o].mixed) and torch.equal(fast[o].variance(), full[o].variance())
                 and torch.equal(fast[o].worst(), full[o].worst()) for o in self.derived.own if o in full)
         if self._own_mode["value first"]:
-            spreads, _ = self.derived.evaluate(ValueFirstOwnOps(reused, products),
+            spreads, _ = self.derived.evaluate(ValueFirstOwnOps(reused, products, uppers),
                                                {k: v.double() for k, v in inputs.items()})
         else:
-            spreads, _ = self.derived.evaluate(OwnSpreadOps(reused, products), spread_inputs(inputs))
+            spreads, _ = self.derived.evaluate(OwnSpreadOps(reused, products, uppers), spread_inputs(inputs))
         return spreads
 
     def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands, want_rows: bool = True) -> dict:

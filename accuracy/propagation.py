@@ -367,24 +367,26 @@ def sum_over(a: Spread, dim: int) -> Spread:
     return Spread(value, exact, mixed)
 
 
-def matmul(a, b, product=None) -> Spread:
+def matmul(a, b, product=None, upper=None) -> Spread:
     """a @ b for 2-D a [M, N], b [N, K], either a Spread: the error of each carried through the
     other's exact value (first order), summed over N in any FP32 order. ``product(x, y)``: how
     the value's FP64 product is computed (default x @ y; a piece's evaluations share it,
     ``accuracy.derived``). The model's products of non-negative matrices (variances, worst
-    cases, magnitudes) are bounded from above by ``accuracy.products.upper_product``."""
+    cases, magnitudes) are bounded from above by ``upper(x, y)`` (default
+    ``accuracy.products.upper_product``; a piece's own model reuses its rounding model's)."""
     product = product or _product
+    upper = upper or upper_product
     va, vb = _value(a), _value(b)
     value = product(va, vb)
     parts = []
     if _erring(a):
-        parts.append(_matmul_left(a, vb, value))
+        parts.append(_matmul_left(a, vb, value, upper))
     if _erring(b):
         # (a @ b)^T = b^T @ a^T: b's error carried on the left of a^T
-        parts.append(_transposed(_matmul_left(_transposed(b), va.t(), value.t())))
+        parts.append(_transposed(_matmul_left(_transposed(b), va.t(), value.t(), upper)))
     out = _joined(parts, value)
     n = va.shape[-1]
-    abs_sum = upper_product(va.abs(), vb.abs())
+    abs_sum = upper(va.abs(), vb.abs())
     order = Mixed(U_FP32 * math.sqrt(n / 3) * abs_sum, n * U_FP32 * abs_sum, (True,) * 2)
     mixed = dict(out.mixed)
     mixed[MATH] = mixed[MATH].plus(order) if MATH in mixed else order
@@ -403,7 +405,7 @@ def _transposed(s: Spread) -> Spread:
                    for k, m in s.mixed.items()})
 
 
-def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
+def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor, upper=upper_product) -> Spread:
     """a's error [M, N] carried through a @ w, w exact [N, K]: a point broadcast along N stays
     exact (its coefficient times w); one varying along N mixes (variances times w^2, bounded
     from above by ``upper_product``), and the K outputs of one row share it (not independent
@@ -417,13 +419,12 @@ def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor) -> Spread:
         if src[1] == 1:
             exact[name] = (full @ w, (src[0], value.shape[1]))
             continue
-        m = Mixed(upper_product(full.square() / 3, w_sq).sqrt(), upper_product(full.abs(), w_abs), (src[0] > 1, False))
+        m = Mixed(upper(full.square() / 3, w_sq).sqrt(), upper(full.abs(), w_abs), (src[0] > 1, False))
         mixed[name] = mixed[name].plus(m) if name in mixed else m
     for name, m in a.mixed.items():
         sd, worst = _expand(m.sd, shape), _expand(m.worst, shape)
-        sd = (upper_product(sd.square(), w_sq).sqrt() if m.independent[1] and not m.along()[1]
-              else upper_product(sd, w_abs))
-        r = Mixed(sd, upper_product(worst, w_abs), (m.independent[0], False), (m.along()[0], False))
+        sd = (upper(sd.square(), w_sq).sqrt() if m.independent[1] and not m.along()[1] else upper(sd, w_abs))
+        r = Mixed(sd, upper(worst, w_abs), (m.independent[0], False), (m.along()[0], False))
         mixed[name] = mixed[name].plus(r) if name in mixed else r
     return Spread(value, exact, mixed)
 
