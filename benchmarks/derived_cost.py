@@ -7,6 +7,11 @@ once with the hand golden and gate and once with the derived ones, each in its o
 derived so that a host's drift shows in both. Printed: one line per process, then per operator
 the range of each gate's times and derived / hand.
 
+``--gemm``: one more call per process under ``torch.profiler``, whose matrix products (``aten::mm``,
+``bmm``, ``addmm``, ``dot``, ``mv``: their own time) are printed beside the call's time. What the
+derived gate spends in products alone, against the hand gate's whole time, is the floor its
+design sets: a 1.5x bound cannot hold where the products alone take the hand gate's time.
+
     python benchmarks/derived_cost.py                        # M8192 cases of both operators
     python benchmarks/derived_cost.py --operator swiglu_backward --m 32768 --rounds 1
 """
@@ -28,7 +33,22 @@ CASES = {"swiglu_backward": lambda m: (m, 512, 1024, "seed", 0),
          "rmsnorm_backward": lambda m: (m, 4096, "unit", 0)}
 
 
-def one(operator: str, gate: str, m: int, calls: int) -> dict:
+GEMM_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::dot", "aten::mv")
+
+
+def gemm_share(call) -> dict:
+    """One ``call()`` under torch's profiler: its time, and its matrix products' own time and count."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        call()
+        seconds = time.perf_counter() - start
+    products = [e for e in prof.key_averages() if e.key in GEMM_OPS]
+    return {"profiled_seconds": seconds, "gemm_seconds": sum(e.self_cpu_time_total for e in products) / 1e6,
+            "gemm_calls": sum(e.count for e in products)}
+
+
+def one(operator: str, gate: str, m: int, calls: int, gemm: bool = False) -> dict:
     """Time the gate stage in this process (called in a child by ``main``)."""
     import operators
     from accuracy.compare import compare_case
@@ -49,9 +69,12 @@ def one(operator: str, gate: str, m: int, calls: int) -> dict:
         start = time.perf_counter()
         compare_case(judged, inputs, outputs, schedules, diagnose=False)
         seconds.append(time.perf_counter() - start)
-    return {"operator": operator, "gate": gate, "m": m, "seconds": seconds,
-            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
-            "heap_releases": fragment_releases()}
+    out = {"operator": operator, "gate": gate, "m": m, "seconds": seconds,
+           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+           "heap_releases": fragment_releases()}
+    if gemm:
+        out.update(gemm_share(lambda: compare_case(judged, inputs, outputs, schedules, diagnose=False)))
+    return out
 
 
 def main(argv=None) -> int:
@@ -60,21 +83,25 @@ def main(argv=None) -> int:
     parser.add_argument("--m", type=int, default=8192)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--gemm", action="store_true", help="one more call profiled: its matrix products' time")
     parser.add_argument("--child", nargs=2, metavar=("OPERATOR", "GATE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(one(*args.child, args.m, args.calls)))
+        print(json.dumps(one(*args.child, args.m, args.calls, args.gemm)))
         return 0
     results = []
     for operator in args.operator or sorted(CASES, reverse=True):
         for _ in range(args.rounds):
             for gate in ("hand", "derived"):
                 out = subprocess.run([sys.executable, __file__, "--child", operator, gate, "--m", str(args.m),
-                                      "--calls", str(args.calls)], capture_output=True, text=True, check=True)
+                                      "--calls", str(args.calls), *(["--gemm"] if args.gemm else [])],
+                                     capture_output=True, text=True, check=True)
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 results.append(r)
                 print(f"{operator} M{args.m} {gate}: " + " ".join(f"{s:.2f}" for s in r["seconds"])
-                      + f" s, peak RSS {r['peak_rss_gb']:.2f} GB, heap releases {r['heap_releases']}", flush=True)
+                      + f" s, peak RSS {r['peak_rss_gb']:.2f} GB, heap releases {r['heap_releases']}"
+                      + (f"; profiled call {r['profiled_seconds']:.2f} s, matrix products {r['gemm_seconds']:.2f} s "
+                         f"in {r['gemm_calls']} calls" if args.gemm else ""), flush=True)
         times = {g: [s for r in results if r["operator"] == operator and r["gate"] == g for s in r["seconds"]]
                  for g in ("hand", "derived")}
         h, d = times["hand"], times["derived"]
