@@ -56,7 +56,7 @@ from accuracy import allowance
 from accuracy.allowance import SUBNORMAL_STORE, Allowance, DirectionCounts, tail_sigmas
 from accuracy.bounds import reduction_bound, unit_roundoff
 from accuracy.path_errors import path_error_sums
-from accuracy.products import scaled_product, upper_product
+from accuracy.products import ScaledFactor, upper_product
 from accuracy.propagation import (MATH, SECOND_ORDER, U_FP32, Spread, SpreadOps, half_spacing, matmul,
                                   rescaled_half_spacing, spread_inputs)
 from accuracy.term_sums import ReductionTermSums, dot64, stored_sum_error
@@ -185,7 +185,8 @@ class _ReusedProduct(torch.autograd.Function):
 def shared_variance(derived: "DerivedMath", inputs64: Mapping[str, torch.Tensor], exact: Mapping[str, torch.Tensor],
                     points: Mapping[str, set], products: "_Memo | None" = None) -> dict[str, dict[str, torch.Tensor]]:
     """Per row output and per point of ``points[output]``, the variance its roundings give the
-    fitted scale's numerator sum_j r_j err_j, per row of the block: sum over the point's
+    fitted scale's numerator sum_j r_j err_j (``exact``: r, FP64, non-finite values as 0), per
+    row of the block: sum over the point's
     elements of (J^T r)^2 h^2 / 3 (first order, exact through matmuls, where the forward model
     can only bound the rows' shared part). ``products``: the piece's memo of the reference's
     products, which the forward evaluation repeats."""
@@ -202,7 +203,7 @@ def shared_variance(derived: "DerivedMath", inputs64: Mapping[str, torch.Tensor]
             names = [n for n in ops.leaves if n in names]
             if not names:
                 continue
-            r = torch.where(torch.isfinite(exact[o]), exact[o].double(), 0.0)
+            r = exact[o]
             numerator = (values[o] * r).sum()
             # the graph goes with the last output's gradients
             grads = torch.autograd.grad(numerator, [ops.leaves[n] for n in names], retain_graph=[o] != last,
@@ -539,14 +540,14 @@ def shared_points(s: Spread) -> set[str]:
     return out
 
 
-def _output_spread(s: Spread, exact: torch.Tensor) -> tuple[OutputSpread, list]:
+def _output_spread(s: Spread, r: torch.Tensor) -> tuple[OutputSpread, list]:
     """Totals of one row output: the variance independent per element, and, per shared rounding,
     what it adds to the fitted scale's numerator sum r_j err_j per row, bounded by (sum |r| sigma)^2
     over the elements sharing it (``bounded``: (point, per-row part) pairs, in the Spread's order).
     ``with_shared`` puts them in ``shared_rows``, the reverse pass's exact ones in their place; the
-    Spread can go before that pass runs (its channels are a third of a piece's working set)."""
+    Spread can go before that pass runs (its channels are a third of a piece's working set).
+    ``r``: the exact values, FP64, non-finite ones as 0."""
     shape = s.shape
-    r = torch.where(torch.isfinite(exact), exact.double(), 0.0)
     independent = torch.zeros(shape, dtype=torch.float64)
     bounded: list = []
     full = tuple(n > 1 for n in shape)
@@ -718,12 +719,21 @@ class DerivedMath(_Frozen):
         return rows, operands
 
 
-def operand_error_sum(lhs: torch.Tensor | None, err: torch.Tensor) -> torch.Tensor:
+def operand_error_sum(lhs: "ScaledFactor | None", err: torch.Tensor) -> torch.Tensor:
     """A reduction's operand errors over some rows summed as the reduction sums its operand: the
-    rows of ``err`` (a sum over M, FP64), or lhs^T err (a contraction) from one scaled FP32 product
-    (``accuracy.products.scaled_product``: SwiGLU's dw, 8 products of [K, rows] x [rows, N] a
-    piece, 0.72 s of 6.9 in FP64 at M8192-K512-N1024; the hand model's are FP32 too)."""
-    return err.sum(0, keepdim=True) if lhs is None else scaled_product(lhs.t(), err)
+    rows of ``err`` (a sum over M, FP64), or lhs^T err (a contraction; ``lhs``: lhs^T scaled once a
+    piece) from one scaled FP32 product (``accuracy.products.ScaledFactor``: SwiGLU's dw, 8 products
+    of [K, rows] x [rows, N] a piece, 0.72 s of 6.9 in FP64 at M8192-K512-N1024; the hand model's
+    are FP32 too). ``err`` is scratch: it is scaled in place."""
+    return err.sum(0, keepdim=True) if lhs is None else lhs.times(err, scratch=True)
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a and b read the same elements of one storage (a weight transposed by each of a
+    piece's evaluations, ``w.t()``): equal without comparing them (SwiGLU's paths compared each
+    weight whole at every lookup of a product, 68 comparisons a piece)."""
+    return (a.data_ptr() == b.data_ptr() and a.dtype == b.dtype and a.shape == b.shape
+            and a.stride() == b.stride())
 
 
 class _Memo:
@@ -755,7 +765,7 @@ class _Memo:
     def get(self, args: tuple[torch.Tensor, ...], compute: Callable[[], object]):
         prints = tuple(self._fingerprint(a) for a in args)
         for key, key_prints, result in self._seen:
-            if key_prints == prints and all(torch.equal(a, k) for a, k in zip(args, key)):
+            if key_prints == prints and all(_same_view(a, k) or torch.equal(a, k) for a, k in zip(args, key)):
                 return result
         result = compute()
         if self._remember:
@@ -881,9 +891,11 @@ class _Golden(_Frozen):
         # rounding model's many: SwiGLU's 6 of 14 a piece, 8 MB each)
         uppers = _Memo()
         own = {}
+        # the exact row outputs with non-finite values as 0, which the fitted scale's sums read
+        finite = {o: torch.where(torch.isfinite(v), v.double(), 0.0) for o, v in values.items()}
         if want_rows and self.derived.own:
             own_spreads = self._own_spreads(rows, inputs, products, uppers)
-            own = {o: with_shared(*_output_spread(own_spreads.pop(o), values[o]))
+            own = {o: with_shared(*_output_spread(own_spreads.pop(o), finite[o]))
                    for o in self.derived.own if o in self.derived.row_outputs}
             del own_spreads
         spreads, spread_operands = self.derived.evaluate(PieceSpreadOps(products, uppers.lookups_only()),
@@ -905,15 +917,15 @@ class _Golden(_Frozen):
         if want_rows:
             # the model's channels go before the reverse pass, the own model and the paths run
             points = {o: shared_points(sp) for o, sp in spreads.items()}
-            partial = {o: _output_spread(spreads.pop(o), values[o]) for o in list(spreads)}
-            exact_shared = shared_variance(self.derived, inputs, values, points, products)
+            partial = {o: _output_spread(spreads.pop(o), finite[o]) for o in list(spreads)}
+            exact_shared = shared_variance(self.derived, inputs, finite, points, products)
             piece["spreads"] = {o: with_shared(sp, bounded, exact_shared.get(o)) for o, (sp, bounded) in partial.items()}
             del partial, exact_shared
             for o, own_spread in own.items():
                 piece["spreads"][o].own = own_spread
         del spreads, own
         ops = products = None     # the reference's products and their operands, shared up to here
-        piece["directions"] = self._add_path_bias(terms, inputs, values, operands, want_rows)
+        piece["directions"] = self._add_path_bias(terms, inputs, finite, operands, want_rows)
         if not want_rows:
             terms.rows_not_summed |= self.derived.row_outputs
         return piece
@@ -938,12 +950,12 @@ class _Golden(_Frozen):
             spreads, _ = self.derived.evaluate(OwnSpreadOps(reused, products, uppers), spread_inputs(inputs))
         return spreads
 
-    def _add_path_bias(self, terms: DerivedTermSums, inputs64, exact_rows, exact_operands, want_rows: bool = True) -> dict:
+    def _add_path_bias(self, terms: DerivedTermSums, inputs64, finite, exact_operands, want_rows: bool = True) -> dict:
         """Round to nearest is biased on some data (an exact product of two BF16 values rounds
         toward zero more often than away): each legitimate path (``DerivedMath.bias_paths``) run
         in FP32 as a kernel runs it, its stored outputs' and its operands' errors against the
-        exact values kept for the fitted scale (the row outputs of ``exact_rows`` only: none in a
-        reductions-only pass). Returns each (row output, path)'s rounding-direction
+        exact values kept for the fitted scale (the row outputs of ``finite``, the exact values with
+        non-finite ones as 0, only: none in a reductions-only pass). Returns each (row output, path)'s rounding-direction
         counts, which the direction test's allowance judges: where a path is one-sided that test
         cannot tell a biased store from a legitimate path, and the fitted scale (which allows the
         paths' bias) judges the direction alone."""
@@ -954,8 +966,8 @@ class _Golden(_Frozen):
         # piece and its errors' sums and direction counts with it
         matmuls = _Memo()
         operand_sums = {o: _Memo() for o in exact_operands}
-        row_sums = {o: _Memo() for o in exact_rows}
-        finite = {o: torch.where(torch.isfinite(v), v, 0.0) for o, v in exact_rows.items()}
+        row_sums = {o: _Memo() for o in finite}
+        lhs_scaled: dict = {}         # a contraction's exact lhs^T, scaled into FP32 once
         for o, v in finite.items():
             terms.add_exact(o, v)
         for path, plan in self.derived.bias_paths().items():
@@ -967,12 +979,18 @@ class _Golden(_Frozen):
                     (v,), lambda o=o, v=v: path_error_sums(v, finite[o], plan.rounding(o)))
                 terms.add_path_rows(o, path, rows, cols)
             for o, (lhs, rhs) in operands.items():
-                lhs64 = None if lhs is None else exact_operands[o][0].double()
+                if lhs is not None and o not in lhs_scaled:
+                    lhs_scaled[o] = ScaledFactor(exact_operands[o][0].double().t())
                 part = operand_sums[o].get(
-                    (rhs,), lambda: operand_error_sum(lhs64, torch.nan_to_num(
-                        rhs.double() - exact_operands[o][1].double(), 0.0, 0.0, 0.0)))
+                    (rhs,), lambda: operand_error_sum(lhs_scaled.get(o), _error(rhs, exact_operands[o][1])))
                 terms.add_path_operand(o, path, part)
         return counts
+
+
+def _error(value: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """value - exact in FP64, a fresh tensor, non-finite differences as 0."""
+    err = value.to(torch.float64, copy=True)
+    return err.sub_(exact).nan_to_num_(0.0, 0.0, 0.0)
 
 
 class _Gate(_Frozen):

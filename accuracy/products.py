@@ -42,7 +42,11 @@ def _scales(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per slice along ``dim`` (kept, size 1), the powers of two 2^-e and 2^e with the slice's
     largest element times 2^-e in [1/2, 1); 2^e = 2^-1000 for an all-zero slice, so that the
     underflow term its products get is below anything FP64 holds beside a value: 0."""
-    top = t.amax(dim, keepdim=True)
+    return _powers(t.amax(dim, keepdim=True))
+
+
+def _powers(top: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_scales`` of slices whose largest elements are ``top``."""
     _, e = torch.frexp(top)
     e = torch.where(top > 0, e, torch.full_like(e, ZERO_EXPONENT)).double()
     return torch.exp2(-e), torch.exp2(e)
@@ -67,9 +71,22 @@ def upper_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
+class ScaledFactor:
+    """x (FP64, either sign) scaled per row into FP32 once, for several estimates x @ y
+    (``scaled_product``: a piece's bias paths multiply one x^T by each path's operand errors)."""
+
+    def __init__(self, x: torch.Tensor):
+        self.scaled, self.up = _scaled_to_fp32(x, 1, x.abs())
+
+    def times(self, y: torch.Tensor, scratch: bool = False) -> torch.Tensor:
+        """x @ y, y (FP64) scaled per column (in place where it is ``scratch``: nobody else reads it)."""
+        low, high = torch.aminmax(y, dim=0, keepdim=True)
+        down, y_up = _powers(torch.maximum(high, -low))
+        ys = (y.mul_(down) if scratch else y * down).float()
+        return (self.scaled @ ys).double().mul_(self.up).mul_(y_up)
+
+
 def scaled_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """An estimate of x @ y (FP64, either sign) from one FP32 product of the factors scaled per row
     of x and column of y by powers of two, in FP64 (see the module's docstring)."""
-    xs, x_up = _scaled_to_fp32(x, 1, x.abs())
-    ys, y_up = _scaled_to_fp32(y, 0, y.abs())
-    return (xs @ ys).double().mul_(x_up).mul_(y_up)
+    return ScaledFactor(x).times(y)

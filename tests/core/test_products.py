@@ -2,7 +2,7 @@
 margin; ``scaled_product`` within FP32's accumulation error of it, at any scale."""
 import torch
 
-from accuracy.products import U_FP32, scaled_product, upper_product
+from accuracy.products import U_FP32, ScaledFactor, scaled_product, upper_product
 
 
 def _wide(rows: int, cols: int, spread: int, seed: int) -> torch.Tensor:
@@ -66,3 +66,7 @@ def test_the_scaled_estimate_is_fp32_accurate_at_any_scale_and_sign():
     assert float(estimate[7].abs().max()) == 0.0
     assert float((x.float() @ y.float()).double()[3, :5].abs().max()) == 0.0     # what the scaling keeps
     assert float(estimate[3].abs().min()) > 0.0
+    # x scaled once for several products, y scaled in place where it is scratch: the same bits
+    factor, scratch = ScaledFactor(x), y.clone()
+    assert torch.equal(factor.times(scratch, scratch=True), estimate) and torch.equal(factor.times(y), estimate)
+    assert not torch.equal(scratch, y)
