@@ -24,8 +24,8 @@ So the result is never below the exact FP64 product: an allowance built on it ma
 about (n + 2) u relative (6e-5 at n = 1024), never shrink. ``tests/core/test_products.py`` checks it
 against FP64 products over 2^250 of dynamic range.
 
-``scaled_product(x, y)``, signed: the same scaled FP32 product as an estimate, for sums that are
-estimates themselves (a legitimate path's operand errors carried through a contraction, which
+``ScaledFactor(x).times(y)``, signed: the same scaled FP32 product as an estimate, for sums that
+are estimates themselves (a legitimate path's operand errors carried through a contraction, which
 the fitted scale's bias reads: its relative error, about sqrt(n) u, is 1e-6 of a bias of 1e-4).
 """
 from __future__ import annotations
@@ -52,13 +52,19 @@ def _powers(top: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.exp2(-e), torch.exp2(e)
 
 
-def _scaled_to_fp32(t: torch.Tensor, dim: int, magnitude: torch.Tensor | None = None
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``t`` (FP64) with each slice along ``dim`` scaled by a power of two (exact) so that its
-    ``magnitude`` (``t`` itself, non-negative; |t| for a signed one) is in [0, 1), in FP32, and the
-    powers of two that undo it."""
-    down, up = _scales(t if magnitude is None else magnitude, dim)
+def _scaled_to_fp32(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``t`` (FP64, non-negative) with each slice along ``dim`` scaled into [0, 1) by a power of
+    two (exact), in FP32, and the powers of two that undo it."""
+    down, up = _scales(t, dim)
     return (t * down).float(), up
+
+
+def _signed_to_fp32(t: torch.Tensor, dim: int, scratch: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_scaled_to_fp32`` of a ``t`` of either sign, its slices' largest |element| from their
+    extremes; scaled in place where ``t`` is ``scratch`` (nobody else reads it)."""
+    low, high = torch.aminmax(t, dim=dim, keepdim=True)
+    down, up = _powers(torch.maximum(high, -low))
+    return (t.mul_(down) if scratch else t * down).float(), up
 
 
 def upper_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -72,21 +78,14 @@ def upper_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class ScaledFactor:
-    """x (FP64, either sign) scaled per row into FP32 once, for several estimates x @ y
-    (``scaled_product``: a piece's bias paths multiply one x^T by each path's operand errors)."""
+    """x (FP64, either sign) scaled per row into FP32 once, for several estimates x @ y from one
+    FP32 product each (see the module's docstring; a piece's bias paths multiply one x^T by each
+    path's operand errors)."""
 
     def __init__(self, x: torch.Tensor):
-        self.scaled, self.up = _scaled_to_fp32(x, 1, x.abs())
+        self.scaled, self.up = _signed_to_fp32(x, 1)
 
     def times(self, y: torch.Tensor, scratch: bool = False) -> torch.Tensor:
-        """x @ y, y (FP64) scaled per column (in place where it is ``scratch``: nobody else reads it)."""
-        low, high = torch.aminmax(y, dim=0, keepdim=True)
-        down, y_up = _powers(torch.maximum(high, -low))
-        ys = (y.mul_(down) if scratch else y * down).float()
+        """x @ y in FP64, y (FP64) scaled per column (in place where it is ``scratch``)."""
+        ys, y_up = _signed_to_fp32(y, 0, scratch)
         return (self.scaled @ ys).double().mul_(self.up).mul_(y_up)
-
-
-def scaled_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """An estimate of x @ y (FP64, either sign) from one FP32 product of the factors scaled per row
-    of x and column of y by powers of two, in FP64 (see the module's docstring)."""
-    return ScaledFactor(x).times(y)

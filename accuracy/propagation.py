@@ -408,7 +408,7 @@ def _transposed(s: Spread) -> Spread:
 def _matmul_left(a: Spread, w: torch.Tensor, value: torch.Tensor, upper=upper_product) -> Spread:
     """a's error [M, N] carried through a @ w, w exact [N, K]: a point broadcast along N stays
     exact (its coefficient times w); one varying along N mixes (variances times w^2, bounded
-    from above by ``upper_product``), and the K outputs of one row share it (not independent
+    from above by ``upper``, default ``upper_product``), and the K outputs of one row share it (not independent
     along K)."""
     shape = a.shape
     exact: dict = {}

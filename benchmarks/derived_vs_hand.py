@@ -13,7 +13,6 @@ where the hand allowance is above 2^-120 (below it both are subnormal floors).
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -28,15 +27,16 @@ from accuracy.derived import case_allowances  # noqa: E402
 from cases.matrix import quick_cases  # noqa: E402
 from cases.spec import make_inputs  # noqa: E402
 
-DERIVED = {"swiglu_backward": "operators.swiglu_backward.derived",
-           "rmsnorm_backward": "operators.rmsnorm_backward.derived"}
+# the operators with a hand model, each registered a second time as ``<name>_derived``: the same
+# kernels judged by the allowances its math derives (``operators.OPERATORS``)
+DERIVED = ("swiglu_backward", "rmsnorm_backward")
 QUANTILES = (0.01, 0.5, 0.99)
 
 
 def derived_operator(operator):
     """The operator judged by the allowances its math derives (its own schedules serve the rest:
     ``accuracy.derived_switch``)."""
-    return importlib.import_module(DERIVED[operator.name]).OPERATOR
+    return operators.get(f"{operator.name}_derived")
 
 
 # Below this an allowance is a subnormal floor, orders of magnitude under any atol: the two models'

@@ -1,8 +1,8 @@
 """``accuracy.products``: ``upper_product`` never below the exact product, by at most its stated
-margin; ``scaled_product`` within FP32's accumulation error of it, at any scale."""
+margin; ``ScaledFactor``'s estimate within FP32's accumulation error of it, at any scale."""
 import torch
 
-from accuracy.products import U_FP32, ScaledFactor, scaled_product, upper_product
+from accuracy.products import U_FP32, ScaledFactor, upper_product
 
 
 def _wide(rows: int, cols: int, spread: int, seed: int) -> torch.Tensor:
@@ -60,7 +60,7 @@ def test_the_scaled_estimate_is_fp32_accurate_at_any_scale_and_sign():
     y[:, 5] *= 2.0 ** 150
     x[7] = 0.0
     exact = x @ y
-    estimate = scaled_product(x, y)
+    estimate = ScaledFactor(x).times(y)
     margin = 2 * n * U_FP32 * (x.abs() @ y.abs())
     assert bool(((estimate - exact).abs() <= margin).all())
     assert float(estimate[7].abs().max()) == 0.0
